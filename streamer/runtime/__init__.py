@@ -1,0 +1,50 @@
+"""Inference backends behind one contract (:mod:`streamer.runtime.base`).
+
+Backends are imported lazily, only when selected, so that ``acl`` (pyACL, shipped with CANN)
+is never imported on a machine that does not use it. :func:`open_backend` checks that the
+selected class provides every name of the contract (as pyzmq's ``select_backend`` does).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from streamer.config import RuntimeConfig
+from streamer.errors import ConfigError
+from streamer.runtime.base import Backend, InferenceOutputs, ModelInfo, ModelSpec, QueueModel
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "InferenceOutputs",
+    "ModelInfo",
+    "ModelSpec",
+    "QueueModel",
+    "open_backend",
+]
+
+BACKENDS: dict[str, str] = {
+    "onnxruntime": "streamer.runtime.onnx:OnnxBackend",
+}
+"""Backend name → ``module:Class``; the class is built as ``Class(runtime_config)``."""
+
+_REQUIRED = ("load", "close")
+
+
+def open_backend(config: RuntimeConfig) -> Backend:
+    """Import, check and open the backend named by ``config.backend``.
+
+    Raises:
+        ConfigError: the backend is unknown or does not provide the contract.
+        BackendError: the runtime could not be initialised (e.g. pyACL missing).
+    """
+    target = BACKENDS.get(config.backend)
+    if target is None:
+        raise ConfigError(f"runtime.backend: unknown {config.backend!r}; known: {sorted(BACKENDS)}")
+    module_name, _, class_name = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    missing = [name for name in _REQUIRED if not callable(getattr(cls, name, None))]
+    if missing or not issubclass(cls, Backend):
+        raise ConfigError(f"backend {config.backend!r} lacks {missing or 'the Backend base'}")
+    backend: Backend = cls(config)
+    return backend

@@ -1,0 +1,148 @@
+"""The onnxruntime backend: the embedded default, on any CPU (or CUDA GPU).
+
+Each loaded model runs ``InferenceSession.run`` on one worker thread behind the queue-bound
+contract of :mod:`streamer.runtime.base`: ``enqueue`` hands a batch to the worker, ``dequeue``
+returns finished batches in FIFO order, and at most ``max_in_flight`` batches are outstanding.
+
+Backend options (``[runtime.options]``): ``intra_op_threads`` (int, 0 = onnxruntime's
+default), ``providers`` (list of execution providers, default ``["CPUExecutionProvider"]``).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from streamer.config import RuntimeConfig
+from streamer.errors import BackendError, FrameError, ModelError, Reason
+from streamer.runtime.base import (
+    DYNAMIC,
+    Backend,
+    InferenceOutputs,
+    ModelInfo,
+    ModelSpec,
+    QueueModel,
+    TensorInfo,
+)
+
+__all__ = ["OnnxBackend", "OnnxModel", "session_model_info"]
+
+_ONNX_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(uint8)": np.uint8,
+    "tensor(int8)": np.int8,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+    "tensor(bool)": np.bool_,
+}
+_POLL_S = 0.1
+
+
+def _tensor_info(arg: Any) -> TensorInfo:
+    shape = tuple(d if isinstance(d, int) and d >= 0 else DYNAMIC for d in arg.shape)
+    dtype = _ONNX_DTYPES.get(arg.type)
+    if dtype is None:
+        raise ModelError(f"tensor {arg.name!r} has unsupported type {arg.type}")
+    return TensorInfo(arg.name, shape, np.dtype(dtype))
+
+
+def session_model_info(
+    name: str, session: ort.InferenceSession, batch_gears: tuple[int, ...] = ()
+) -> ModelInfo:
+    """Describe an onnxruntime session as a :class:`ModelInfo`.
+
+    A static batch dim B gives ``batch_gears == (B,)``; a dynamic one takes ``batch_gears``
+    (the configured gears; empty = any size).
+    """
+    inputs = tuple(_tensor_info(a) for a in session.get_inputs())
+    outputs = tuple(_tensor_info(a) for a in session.get_outputs())
+    first = inputs[0].shape[:1] if inputs else ()
+    gears = batch_gears if first == (DYNAMIC,) or not first else (first[0],)
+    return ModelInfo(name, inputs, outputs, batch_gears=gears)
+
+
+class OnnxBackend(Backend):
+    """onnxruntime sessions behind the queue-bound contract.
+
+    Args:
+        config: ``[runtime]``; ``options`` as in the module docstring.
+    """
+
+    name = "onnxruntime"
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        self._options = dict(config.options)
+
+    def load(self, spec: ModelSpec) -> OnnxModel:
+        options = {**self._options, **spec.options}
+        sess_options = ort.SessionOptions()
+        sess_options.intra_op_num_threads = int(options.get("intra_op_threads", 0))
+        sess_options.log_severity_level = 3
+        providers = list(options.get("providers", ["CPUExecutionProvider"]))
+        if not spec.path.is_file():
+            raise ModelError(f"model {spec.name!r}: no file at {spec.path}")
+        try:
+            session = ort.InferenceSession(str(spec.path), sess_options, providers=providers)
+        except Exception as exc:  # onnxruntime raises its own untyped pybind exceptions
+            raise ModelError(f"model {spec.name!r}: cannot load {spec.path}: {exc}") from exc
+        return OnnxModel(spec, session)
+
+    def close(self) -> None:
+        """Nothing to release: sessions belong to their models."""
+
+
+class OnnxModel(QueueModel):
+    """One onnxruntime session and its worker thread."""
+
+    def __init__(self, spec: ModelSpec, session: ort.InferenceSession) -> None:
+        self.info = session_model_info(spec.name, session, spec.batch_gears)
+        self._session = session
+        self._input_names = [t.name for t in self.info.inputs]
+        self._slots = threading.BoundedSemaphore(spec.max_in_flight)
+        self._pending: queue.SimpleQueue[Sequence[np.ndarray] | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[InferenceOutputs] = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._worker = threading.Thread(target=self._run, name=f"onnx-{spec.name}")
+        self._worker.start()
+
+    def enqueue(self, inputs: Sequence[np.ndarray]) -> None:
+        while not self._slots.acquire(timeout=_POLL_S):
+            if self._closed.is_set():
+                raise BackendError(f"model {self.info.name!r} is closed")
+        self._pending.put(inputs)
+
+    def dequeue(self, timeout_ms: int) -> InferenceOutputs | None:
+        try:
+            done = self._done.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            return None
+        self._slots.release()
+        return done
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._pending.put(None)
+        self._worker.join()
+
+    def _run(self) -> None:
+        while (inputs := self._pending.get()) is not None:
+            self._done.put(self._execute(inputs))
+
+    def _execute(self, inputs: Sequence[np.ndarray]) -> InferenceOutputs:
+        start = time.monotonic_ns()
+        try:
+            outputs = self._session.run(None, dict(zip(self._input_names, inputs)))
+        except Exception as exc:  # any onnxruntime failure fails this batch only
+            error = FrameError(Reason.INFERENCE_FAILED, f"onnxruntime: {exc}")
+            return InferenceOutputs(None, error, start, time.monotonic_ns())
+        return InferenceOutputs(tuple(outputs), None, start, time.monotonic_ns())

@@ -1,0 +1,195 @@
+"""The native wire protocol, version 1 (DESIGN.md §5).
+
+Ingress message, multipart ``[header, payload]`` (a SUB ingress has a topic part first):
+``header`` is a JSON object with ``v`` (1), ``source`` (str), ``seq`` (int), ``encoding``
+(``jpeg`` | ``png`` | ``raw``) and, for ``raw``, ``shape`` (``[h, w]`` or ``[h, w, c]``),
+``dtype`` and ``color`` (``bgr`` | ``rgb`` | ``gray``); optional ``ts`` (Unix s) and ``meta``
+(object, echoed back). End of stream is a header with ``"eos": true`` and no payload.
+
+Result message, multipart ``[topic = source, json]``; see :func:`encode_result`.
+
+This module is pure: it parses and builds messages, it owns no socket.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from streamer.errors import FrameError, Reason
+from streamer.frames import EndOfStream, Frame
+
+__all__ = [
+    "ENCODINGS",
+    "PROTOCOL_VERSION",
+    "Header",
+    "encode_eos",
+    "encode_eos_result",
+    "encode_frame",
+    "encode_result",
+    "parse_header",
+]
+
+PROTOCOL_VERSION = 1
+ENCODINGS = ("jpeg", "png", "raw")
+COLORS = ("bgr", "rgb", "gray")
+MAX_HEADER_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A validated ingress header.
+
+    Attributes:
+        source, seq, encoding, ts, meta: as on the wire.
+        eos: True for an end-of-stream message.
+        fields: the whole JSON object (decoders read ``shape``, ``dtype``, ``color``).
+    """
+
+    source: str
+    seq: int
+    encoding: str
+    ts: float | None
+    meta: dict[str, Any] | None
+    eos: bool
+    fields: dict[str, Any]
+
+
+def _bad(detail: str) -> FrameError:
+    return FrameError(Reason.BAD_HEADER, detail)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_header(raw: bytes) -> Header:
+    """Parse and validate the JSON header part of an ingress message.
+
+    Raises:
+        FrameError: reason ``bad_header`` with a detail naming the field at fault.
+    """
+    if len(raw) > MAX_HEADER_BYTES:
+        raise _bad(f"header is {len(raw)} bytes, more than {MAX_HEADER_BYTES}")
+    try:
+        obj = json.loads(raw, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _bad(f"header is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise _bad("header is not a JSON object")
+    if obj.get("v") != PROTOCOL_VERSION:
+        raise _bad(f"unsupported protocol version {obj.get('v')!r}, expected 1")
+    source, seq = obj.get("source"), obj.get("seq")
+    if not isinstance(source, str) or not source:
+        raise _bad("`source` must be a non-empty string")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise _bad("`seq` must be a non-negative integer")
+    eos = obj.get("eos", False) is True
+    encoding = obj.get("encoding", "")
+    if not eos and encoding not in ENCODINGS:
+        raise _bad(f"`encoding` must be one of {list(ENCODINGS)}, got {encoding!r}")
+    ts = obj.get("ts")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, (int, float))):
+        raise _bad("`ts` must be a number (Unix seconds)")
+    meta = obj.get("meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise _bad("`meta` must be a JSON object")
+    return Header(source, seq, encoding, None if ts is None else float(ts), meta, eos, obj)
+
+
+def source_of_unparsable(raw: bytes) -> tuple[str, int]:
+    """Best-effort (source, seq) of a header that failed validation, for its error result."""
+    try:
+        obj = json.loads(raw, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError):
+        return "", -1
+    if not isinstance(obj, dict):
+        return "", -1
+    source = obj.get("source") if isinstance(obj.get("source"), str) else ""
+    seq = obj.get("seq") if isinstance(obj.get("seq"), int) else -1
+    return source, seq
+
+
+def encode_frame(
+    source: str,
+    seq: int,
+    payload: bytes | np.ndarray,
+    *,
+    encoding: str,
+    ts: float | None = None,
+    meta: dict[str, Any] | None = None,
+    color: str = "bgr",
+) -> list[bytes | memoryview]:
+    """Build the ``[header, payload]`` parts of one frame message (producers use this).
+
+    Args:
+        payload: encoded image bytes (``jpeg``/``png``), or for ``raw`` a uint8 array of
+            shape (h, w) or (h, w, c), sent in C order without a copy when contiguous.
+        color: channel order of a ``raw`` array.
+    """
+    header: dict[str, Any] = {"v": PROTOCOL_VERSION, "source": source, "seq": seq}
+    header["encoding"] = encoding
+    if ts is not None:
+        header["ts"] = ts
+    if meta is not None:
+        header["meta"] = meta
+    if isinstance(payload, np.ndarray):
+        array = np.ascontiguousarray(payload)
+        header.update(shape=list(array.shape), dtype=str(array.dtype), color=color)
+        body: bytes | memoryview = memoryview(array).cast("B")
+    else:
+        body = payload
+    return [json.dumps(header).encode(), body]
+
+
+def encode_eos(source: str, seq: int) -> list[bytes]:
+    """Build an end-of-stream message for ``source`` whose last frame was ``seq``."""
+    header = {"v": PROTOCOL_VERSION, "source": source, "seq": seq, "eos": True}
+    return [json.dumps(header).encode()]
+
+
+def _ms(delta_ns: int) -> float:
+    return round(delta_ns / 1e6, 3)
+
+
+def encode_result(frame: Frame, done_at_ns: int) -> list[bytes]:
+    """Build the ``[topic, json]`` result message of a finished or failed frame.
+
+    JSON fields: ``v``, ``source``, ``seq``, ``ts``, ``received_at`` and ``done_at`` (Unix s),
+    ``latency_ms`` {``queue``: receive → inference start, ``infer``: the batch's execution,
+    ``total``: receive → result}, ``model``, ``width`` and ``height`` of the decoded image
+    (pixels), the model's results (e.g. ``detections``), ``meta`` and ``error`` (null or
+    ``{reason, detail}``).
+    """
+    infer_ns = frame.infer_end_ns - frame.infer_start_ns if frame.infer_start_ns else 0
+    queue_ns = frame.infer_start_ns - frame.received_at_ns if frame.infer_start_ns else 0
+    total_ns = done_at_ns - frame.received_at_ns
+    body: dict[str, Any] = {
+        "v": PROTOCOL_VERSION,
+        "source": frame.source,
+        "seq": frame.seq,
+        "ts": frame.ts,
+        "received_at": frame.received_at,
+        "done_at": frame.received_at + total_ns / 1e9,
+        "latency_ms": {"queue": _ms(queue_ns), "infer": _ms(infer_ns), "total": _ms(total_ns)},
+        "model": frame.model,
+        "width": frame.width,
+        "height": frame.height,
+        **frame.results,
+        "meta": frame.meta,
+        "error": None,
+    }
+    if frame.error is not None:
+        body["error"] = {"reason": frame.error.reason, "detail": frame.error.detail}
+    return [frame.source.encode(), json.dumps(body, separators=(",", ":")).encode()]
+
+
+def encode_eos_result(eos: EndOfStream) -> list[bytes]:
+    """Build the ``eos`` result published after the last frame of a source."""
+    body = {"v": PROTOCOL_VERSION, "source": eos.source, "seq": eos.seq, "eos": True}
+    body["done_at"] = time.time()
+    return [eos.source.encode(), json.dumps(body, separators=(",", ":")).encode()]
