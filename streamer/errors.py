@@ -58,10 +58,12 @@ class Reason:
     DECODE_FAILED = "decode_failed"
     TOO_LARGE = "too_large"
     UNSUPPORTED_DTYPE = "unsupported_dtype"
+    PREPROCESS_FAILED = "preprocess_failed"
     INFERENCE_FAILED = "inference_failed"
     POSTPROCESS_FAILED = "postprocess_failed"
     # Reasons for dropped frames (counted, not published).
     SHUTDOWN = "shutdown"
+    EGRESS_BLOCKED = "egress_blocked"
 
 
 class FrameError(StreamerError):

@@ -19,7 +19,18 @@ import numpy as np
 
 from streamer.errors import FrameError
 
-__all__ = ["EndOfStream", "Frame", "OutcomeCounts", "OutcomeSnapshot"]
+__all__ = ["STOP", "Batch", "EndOfStream", "Frame", "OutcomeCounts", "OutcomeSnapshot"]
+
+
+class _Stop:
+    """Type of :data:`STOP`."""
+
+    def __repr__(self) -> str:
+        return "STOP"
+
+
+STOP = _Stop()
+"""In-band marker a stage puts after its last item when the pipeline shuts down."""
 
 
 @dataclass(slots=True, eq=False)
@@ -78,6 +89,24 @@ class Frame:
         self.payload = None
         self.image = None
         self.tensor = None
+
+
+@dataclass(slots=True, eq=False)
+class Batch:
+    """Frames flushed together by a batcher, in arrival order.
+
+    Failed frames (bad header, decode failure) ride along in ``frames`` at their arrival
+    position so that results leave in order, but take no row of the model input.
+
+    Attributes:
+        frames: every frame of the batch, in arrival order.
+        good: the frames that were enqueued into the model, in row order.
+        rows: the batch size the model executed (``len(good)`` plus padding rows).
+    """
+
+    frames: list[Frame]
+    good: list[Frame] = field(default_factory=list)
+    rows: int = 0
 
 
 @dataclass(slots=True, eq=False)

@@ -1,0 +1,5 @@
+"""``python -m streamer``."""
+
+from streamer.cli import main
+
+main()

@@ -1,0 +1,418 @@
+"""Producer library: frames from a video, an image folder, an image or a camera → ZMQ PUSH.
+
+Every frame is one native-protocol message (DESIGN.md §5, built by
+:func:`streamer.transport.protocol.encode_frame`) with ``seq`` counting from 0, and an
+end-of-stream message follows the last frame::
+
+    from streamer.clients import produce
+    stats = produce("carphone.mp4", "tcp://127.0.0.1:5555", fps=30)
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+import zmq
+
+from streamer.assets import media_path
+from streamer.errors import StreamerError
+from streamer.transport.protocol import ENCODINGS, encode_eos, encode_frame
+
+__all__ = [
+    "DEFAULT_PRODUCER_ENDPOINT",
+    "IMAGE_SUFFIXES",
+    "ClientError",
+    "MediaInput",
+    "Pacer",
+    "Producer",
+    "ProducerStats",
+    "open_input",
+    "produce",
+]
+
+DEFAULT_PRODUCER_ENDPOINT = "tcp://127.0.0.1:5555"
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+class ClientError(StreamerError):
+    """A producer or subscriber cannot do its job: unreadable input, bad endpoint, no daemon."""
+
+
+@dataclass(frozen=True)
+class MediaInput:
+    """Where a producer's frames come from.
+
+    Attributes:
+        kind: ``video`` (a file cv2.VideoCapture reads), ``folder`` (its .jpg/.jpeg/.png
+            files in name order), ``image`` (one file, a one-frame input) or ``camera``.
+        path: the file or folder; None for a camera.
+        camera: the camera index for cv2.VideoCapture; None otherwise.
+    """
+
+    kind: Literal["video", "folder", "image", "camera"]
+    path: Path | None = None
+    camera: int | None = None
+
+    @property
+    def name(self) -> str:
+        """The default source id: the file or folder stem, or ``camera<index>``."""
+        return self.path.stem if self.path is not None else f"camera{self.camera}"
+
+    def frame_count(self) -> int | None:
+        """Frames in one pass over the input; None for a camera or an unknown video length."""
+        if self.kind == "folder":
+            return len(_image_files(self._path()))
+        if self.kind == "image":
+            return 1
+        if self.kind == "camera":
+            return None
+        capture = cv2.VideoCapture(str(self.path))
+        count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        capture.release()
+        return count if count > 0 else None
+
+    def frames(self) -> Iterator[np.ndarray]:
+        """One pass over the input.
+
+        Yields:
+            BGR uint8 images of shape (height, width, 3).
+
+        Raises:
+            ClientError: the input cannot be opened or an image cannot be read.
+        """
+        if self.kind == "folder":
+            return (_read_image(path) for path in _image_files(self._path()))
+        if self.kind == "image":
+            return iter([_read_image(self._path())])
+        target = self.camera if self.camera is not None else str(self.path)
+        return _capture_frames(target)
+
+    def _path(self) -> Path:
+        assert self.path is not None, self
+        return self.path
+
+
+def open_input(spec: str | int | os.PathLike[str]) -> MediaInput:
+    """Resolve a producer's INPUT.
+
+    An int, or a string of digits that names no file, is a camera index; an existing folder
+    is an image folder; an existing .jpg/.jpeg/.png file is a single image; any other
+    existing file is a video; anything else is looked up as a fetched media name (e.g.
+    ``carphone.mp4``) with :func:`streamer.assets.media_path`.
+
+    Raises:
+        AssetError: ``spec`` is no existing path and no fetched media name.
+    """
+    if isinstance(spec, int):
+        return MediaInput("camera", camera=spec)
+    path = Path(spec)
+    if not path.exists():
+        if str(spec).isdigit():
+            return MediaInput("camera", camera=int(spec))
+        path = media_path(str(spec))
+    if path.is_dir():
+        return MediaInput("folder", path=path)
+    if path.suffix.lower() in IMAGE_SUFFIXES:
+        return MediaInput("image", path=path)
+    return MediaInput("video", path=path)
+
+
+def _image_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def _read_image(path: Path) -> np.ndarray:
+    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if image is None:
+        raise ClientError(f"cannot read image {path}")
+    return image
+
+
+def _capture_frames(target: str | int) -> Iterator[np.ndarray]:
+    capture = cv2.VideoCapture(target)
+    try:
+        if not capture.isOpened():
+            raise ClientError(f"cannot open video or camera {target!r}")
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                return
+            yield frame
+    finally:
+        capture.release()
+
+
+@dataclass(frozen=True)
+class ProducerStats:
+    """What a producer sent.
+
+    Attributes:
+        frames: frame messages sent (end-of-stream not counted).
+        bytes_sent: bytes of every message handed to ZMQ, headers included.
+        seconds: from the first send to the end of the last one (s).
+    """
+
+    frames: int
+    bytes_sent: int
+    seconds: float
+
+    @property
+    def fps(self) -> float:
+        """Average frames per second; 0.0 before two sends."""
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+
+class Producer:
+    """Sends the frames of one source on a PUSH socket connected to a daemon's ingress.
+
+    The socket sets ``IMMEDIATE`` (frames queue only on a completed connection), ``SNDHWM``,
+    ``SNDTIMEO`` and ``LINGER``, so a send with no daemon listening fails after
+    ``send_timeout_s`` instead of hanging, and :meth:`close` waits at most ``linger_s``.
+
+    Not thread-safe: create and use it from one thread (it owns a ZMQ socket).
+
+    Args:
+        endpoint: a ZMQ endpoint the daemon's PULL ingress binds, e.g. ``tcp://host:5555``.
+        source: the ``source`` id in every header.
+        encoding: ``jpeg``, ``png`` or ``raw`` (the BGR array, sent without a copy).
+        quality: JPEG quality, 0-100.
+        send_timeout_s: longest wait for the daemon to take one message (s).
+        linger_s: longest wait at :meth:`close` for queued messages to go out (s).
+        sndhwm: messages queued before a send blocks.
+        context: the ZMQ context; default ``zmq.Context.instance()``.
+
+    Raises:
+        ValueError: an unknown encoding or a quality outside 0-100.
+        ClientError: the endpoint is invalid.
+    """
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_PRODUCER_ENDPOINT,
+        *,
+        source: str,
+        encoding: str = "jpeg",
+        quality: int = 90,
+        send_timeout_s: float = 5.0,
+        linger_s: float = 1.0,
+        sndhwm: int = 32,
+        context: zmq.Context[Any] | None = None,
+    ) -> None:
+        if encoding not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {list(ENCODINGS)}, got {encoding!r}")
+        if not 0 <= quality <= 100:
+            raise ValueError(f"quality must be in 0-100, got {quality}")
+        self.endpoint, self.source, self.encoding = endpoint, source, encoding
+        self.send_timeout_s, self._quality = send_timeout_s, quality
+        self._seq = self._bytes = 0
+        self._first_ns = self._last_ns = 0
+        self._socket = _push_socket(context or zmq.Context.instance(), endpoint, sndhwm)
+        self._socket.setsockopt(zmq.SNDTIMEO, round(send_timeout_s * 1000))
+        self._socket.setsockopt(zmq.LINGER, round(linger_s * 1000))
+
+    @property
+    def stats(self) -> ProducerStats:
+        """Frames, bytes and seconds sent so far."""
+        return ProducerStats(self._seq, self._bytes, (self._last_ns - self._first_ns) / 1e9)
+
+    def send(
+        self, image: np.ndarray, *, ts: float | None = None, meta: dict[str, Any] | None = None
+    ) -> int:
+        """Encode ``image`` and send it as the next frame of the source.
+
+        Args:
+            image: BGR uint8 of shape (height, width, 3).
+            ts: capture time (Unix s); default now.
+            meta: a JSON object the daemon echoes back in the result.
+
+        Returns:
+            The message size in bytes, header included.
+
+        Raises:
+            ClientError: the image cannot be encoded, or no daemon took the message within
+                ``send_timeout_s``.
+        """
+        payload = _encode(image, self.encoding, self._quality)
+        stamp = time.time() if ts is None else ts
+        parts = encode_frame(
+            self.source, self._seq, payload, encoding=self.encoding, ts=stamp, meta=meta
+        )
+        self._send(parts)
+        size = sum(len(part) for part in parts)
+        self._seq += 1
+        self._bytes += size
+        return size
+
+    def send_eos(self) -> None:
+        """Send end-of-stream after the last frame sent (seq 0 when none was).
+
+        Raises:
+            ClientError: no daemon took the message within ``send_timeout_s``.
+        """
+        self._send(encode_eos(self.source, max(self._seq - 1, 0)))
+
+    def close(self) -> None:
+        """Close the socket, waiting at most ``linger_s`` for queued messages; idempotent."""
+        self._socket.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _send(self, parts: list[bytes | memoryview] | list[bytes]) -> None:
+        if not self._first_ns:
+            self._first_ns = time.monotonic_ns()
+        try:
+            self._socket.send_multipart(parts, copy=False)
+        except zmq.Again:
+            raise ClientError(
+                f"no daemon took a message on {self.endpoint} within {self.send_timeout_s} s;"
+                " is `streamer run` listening there?"
+            ) from None
+        self._last_ns = time.monotonic_ns()
+
+
+def _push_socket(context: zmq.Context[Any], endpoint: str, sndhwm: int) -> zmq.Socket[Any]:
+    socket = context.socket(zmq.PUSH)
+    socket.setsockopt(zmq.IMMEDIATE, 1)
+    socket.setsockopt(zmq.SNDHWM, sndhwm)
+    try:
+        socket.connect(endpoint)
+    except zmq.ZMQError as exc:
+        socket.close(linger=0)
+        raise ClientError(f"cannot connect to {endpoint!r}: {exc}") from exc
+    return socket
+
+
+def _encode(image: np.ndarray, encoding: str, quality: int) -> bytes | np.ndarray:
+    if encoding == "raw":
+        return image
+    if encoding == "jpeg":
+        ok, buffer = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    else:
+        ok, buffer = cv2.imencode(".png", image)
+    if not ok:
+        raise ClientError(f"cannot encode a {image.shape} {image.dtype} image as {encoding}")
+    return buffer.tobytes()
+
+
+class Pacer:
+    """Spaces :meth:`wait` returns ``1 / fps`` s apart on a fixed monotonic schedule.
+
+    Slot *i* is ``first call + i / fps``, so sleep overshoot does not accumulate (no drift);
+    a caller that falls behind gets its late slots at once until it is back on schedule.
+
+    Args:
+        fps: frames per second; None or 0 means no pacing.
+
+    Raises:
+        ValueError: ``fps`` is negative.
+    """
+
+    def __init__(self, fps: float | None) -> None:
+        if fps is not None and fps < 0:
+            raise ValueError(f"fps must be >= 0, got {fps}")
+        self._period_ns = round(1e9 / fps) if fps else 0
+        self._next_ns = 0
+
+    def wait(self) -> None:
+        """Sleep until the next slot (returns at once on the first call)."""
+        if not self._period_ns:
+            return
+        now = time.monotonic_ns()
+        if not self._next_ns:
+            self._next_ns = now
+        elif self._next_ns > now:
+            time.sleep((self._next_ns - now) / 1e9)
+        self._next_ns += self._period_ns
+
+
+def produce(
+    media: MediaInput | str | int | os.PathLike[str],
+    endpoint: str = DEFAULT_PRODUCER_ENDPOINT,
+    *,
+    source: str | None = None,
+    fps: float | None = None,
+    limit: int | None = None,
+    loop: int = 1,
+    encoding: str = "jpeg",
+    quality: int = 90,
+    meta: dict[str, Any] | None = None,
+    send_timeout_s: float = 5.0,
+    on_sent: Callable[[int], None] | None = None,
+    context: zmq.Context[Any] | None = None,
+) -> ProducerStats:
+    """Send every frame of ``media`` to a daemon, then end-of-stream.
+
+    End-of-stream is also sent when a KeyboardInterrupt stops the frames (it is re-raised).
+
+    Args:
+        media: a :class:`MediaInput`, or anything :func:`open_input` resolves.
+        endpoint: the daemon's PULL ingress.
+        source: the source id; default ``media.name`` (the file stem).
+        fps: frames per second (paced by :class:`Pacer`); None or 0 sends as fast as possible.
+        limit: stop after this many frames; None for no limit.
+        loop: passes over the input, 0 for endless (a single image is sent ``loop`` times).
+        encoding, quality, send_timeout_s, context: as for :class:`Producer`.
+        meta: a JSON object sent with every frame and echoed back in its result.
+        on_sent: called after each frame with its message size (bytes), e.g. to move a
+            progress bar.
+
+    Returns:
+        The frames, bytes and seconds sent.
+
+    Raises:
+        AssetError: ``media`` names no existing path and no fetched media.
+        ClientError: the input cannot be read, or no daemon took a message in time.
+        ValueError: a bad encoding, quality, fps, limit or loop.
+    """
+    if loop < 0 or (limit is not None and limit < 0):
+        raise ValueError(f"loop and limit must be >= 0, got loop={loop}, limit={limit}")
+    media = media if isinstance(media, MediaInput) else open_input(media)
+    pacer = Pacer(fps)
+    with Producer(
+        endpoint,
+        source=source or media.name,
+        encoding=encoding,
+        quality=quality,
+        send_timeout_s=send_timeout_s,
+        context=context,
+    ) as producer:
+        try:
+            for image in itertools.islice(_passes(media, loop), limit):
+                pacer.wait()
+                size = producer.send(image, ts=time.time(), meta=meta)
+                if on_sent is not None:
+                    on_sent(size)
+        except KeyboardInterrupt:
+            producer.send_eos()
+            raise
+        producer.send_eos()
+    return producer.stats
+
+
+def _passes(media: MediaInput, loop: int) -> Iterator[np.ndarray]:
+    """The frames of ``loop`` passes over ``media`` (endless for 0; stops on an empty pass)."""
+    for _ in itertools.count() if loop == 0 else range(loop):
+        empty = True
+        for image in media.frames():
+            empty = False
+            yield image
+        if empty:
+            return
