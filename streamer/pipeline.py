@@ -249,6 +249,13 @@ class Pipeline:
             self._context = None
 
     def close(self) -> None:
-        """Close the models, then the backend. Call after :meth:`stop`; idempotent."""
+        """Close the models, then the backend. Call after :meth:`stop`; idempotent.
+
+        Threads still running (an exit path that skipped :meth:`stop`) are aborted first.
+        """
+        if any(w.is_alive() for w in [*self._ingresses, *self._workers]):
+            self._abort.set()
+            self._join_all(_ABORT_JOIN_S)
+            self._release_transport()
         self._stage.model.close()
         self._backend.close()

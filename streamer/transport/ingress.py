@@ -64,12 +64,12 @@ class Ingress(Worker):
         self._outbox = outbox
         self._counts = counts
         self._abort = abort
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self._socket: zmq.Socket[bytes] | None = None
 
     def request_stop(self) -> None:
         """Stop receiving; the thread closes its socket and ends. Any thread may call this."""
-        self._stop.set()
+        self._stopping.set()
 
     def setup(self) -> None:
         socket = self._context.socket(self.endpoint.socket_type)
@@ -90,7 +90,7 @@ class Ingress(Worker):
         assert self._socket is not None
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
-        while not self._stop.is_set() and not self._abort.is_set():
+        while not self._stopping.is_set() and not self._abort.is_set():
             if poller.poll(_POLL_MS):
                 parts = self._socket.recv_multipart(copy=False)
                 self._handle([p.buffer for p in parts])

@@ -1,0 +1,235 @@
+"""End-to-end harness: the real daemon as a subprocess, on loopback TCP ports.
+
+Producers and subscribers are the project's own clients (``streamer.clients``), so these
+tests run what a user runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+import zmq
+
+from streamer.clients.subscriber import Subscriber
+from streamer.transport.protocol import encode_frame
+
+READY_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+CONFIG = """
+[daemon]
+drain_timeout_s = {drain_timeout_s}
+log_format = "json"
+
+[[ingress]]
+uri = "pull+bind:tcp://127.0.0.1:{in_port}"
+
+[[egress]]
+uri = "pub+bind:tcp://127.0.0.1:{out_port}"
+
+[runtime]
+backend = "{backend}"
+{runtime_extra}
+
+[[models]]
+name = "face"
+{model_source}
+mode = "{mode}"
+
+[models.batch]
+max_size = {max_size}
+max_delay_ms = 5.0
+gears = {gears}
+
+[models.preprocess]
+kind = "letterbox"
+
+[models.postprocess]
+kind = "blazeface"
+"""
+
+
+class Daemon:
+    """A ``streamer run`` subprocess with its JSON log lines collected on a thread."""
+
+    def __init__(self, config_path: Path, in_port: int, out_port: int) -> None:
+        self.config_path = config_path
+        self.ingress = f"tcp://127.0.0.1:{in_port}"
+        self.egress = f"tcp://127.0.0.1:{out_port}"
+        self.logs: list[dict[str, Any]] = []
+        self._lines: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "streamer", "run", "--config", str(config_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                entry = {"event": "raw", "line": line.rstrip()}
+            self.logs.append(entry)
+            self._lines.put(entry)
+
+    def wait_event(self, event: str, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                entry = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if entry.get("event") == event:
+                return entry
+        raise AssertionError(f"no {event!r} log line in {timeout_s} s; logs: {self.logs[-20:]}")
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM, then the exit code; kills it if it does not exit in ``timeout_s``."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+        self.close()
+        return code
+
+    def close(self) -> None:
+        """Kill the process if it still runs, and release its pipe."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(5)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+    def final_counts(self) -> dict[str, Any]:
+        stopped = [e for e in self.logs if e.get("event") == "stopped"]
+        assert stopped, self.logs[-20:]
+        return stopped[-1]
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[..., Daemon]]:
+    """Start a daemon with the given settings; every daemon is stopped at teardown."""
+    daemons: list[Daemon] = []
+
+    def start(
+        backend: str = "onnxruntime",
+        mode: str = "auto",
+        max_size: int = 8,
+        gears: tuple[int, ...] = (),
+        drain_timeout_s: float = 10.0,
+        model_path: Path | None = None,
+        runtime_extra: str = "",
+    ) -> Daemon:
+        in_port, out_port = free_port(), free_port()
+        source = f'path = "{model_path}"' if model_path else 'asset = "blazeface_short_range"'
+        path = tmp_path / f"daemon{len(daemons)}.toml"
+        path.write_text(
+            CONFIG.format(
+                in_port=in_port,
+                out_port=out_port,
+                backend=backend,
+                mode=mode,
+                max_size=max_size,
+                gears=list(gears),
+                drain_timeout_s=drain_timeout_s,
+                model_source=source,
+                runtime_extra=runtime_extra,
+            )
+        )
+        daemon = Daemon(path, in_port, out_port)
+        daemons.append(daemon)
+        daemon.wait_event("ready")
+        return daemon
+
+    yield start
+    for daemon in daemons:
+        daemon.close()
+
+
+class Client:
+    """A raw PUSH socket and a subscriber on one daemon, synchronised before use."""
+
+    def __init__(self, daemon: Daemon, probe_image: np.ndarray) -> None:
+        self.context = zmq.Context()
+        self.push = self.context.socket(zmq.PUSH)
+        self.push.setsockopt(zmq.LINGER, 0)
+        self.push.setsockopt(zmq.SNDTIMEO, 10_000)
+        self.push.connect(daemon.ingress)
+        self.subscriber = Subscriber(daemon.egress, context=self.context)
+        self._probe = cv2.imencode(".jpg", probe_image)[1].tobytes()
+        self.probes = 0
+        self._sync()
+
+    def _sync(self) -> None:
+        """Send probe frames until one's result arrives: the subscription is then live."""
+        for _ in range(100):
+            self.send_parts(encode_frame("probe", self.probes, self._probe, encoding="jpeg"))
+            self.probes += 1
+            result = self.subscriber.receive(0.2)
+            if result is not None and result["source"] == "probe":
+                while self.subscriber.receive(0.2) is not None:
+                    pass  # results of the other probes
+                return
+        raise AssertionError("the subscriber never received a result")
+
+    def send_parts(self, parts: list[Any]) -> None:
+        self.push.send_multipart(parts, copy=False)
+
+    def collect(self, count: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout_s
+        while len(results) < count and time.monotonic() < deadline:
+            result = self.subscriber.receive(0.5)
+            if result is not None and result["source"] != "probe":
+                results.append(result)
+        return results
+
+    def close(self) -> None:
+        self.subscriber.close()
+        self.push.close(linger=0)
+        self.context.term()
+
+
+@pytest.fixture
+def connect(astronaut: np.ndarray) -> Iterator[Callable[[Daemon], Client]]:
+    clients: list[Client] = []
+
+    def make(daemon: Daemon) -> Client:
+        client = Client(daemon, astronaut)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()

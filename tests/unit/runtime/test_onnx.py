@@ -1,0 +1,69 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamer.config import RuntimeConfig
+from streamer.errors import ModelError
+from streamer.runtime import ModelSpec, open_backend
+
+
+def test_model_info_and_fifo_batches(short_range_model: Path) -> None:
+    with open_backend(RuntimeConfig(options={"intra_op_threads": 1})) as backend:
+        with backend.load(ModelSpec("face", short_range_model, max_in_flight=3, batch_gears=(1, 2, 4))) as model:
+            info = model.info
+            assert [t.name for t in info.inputs] == ["input"]
+            assert info.inputs[0].shape == (-1, 3, 128, 128) and info.dynamic_batch
+            assert [t.shape for t in info.outputs] == [(-1, 896, 16), (-1, 896, 1)]
+            assert info.batch_gears == (1, 2, 4)
+            rng = np.random.default_rng(0)
+            batches = [rng.uniform(-1, 1, (n, 3, 128, 128)).astype(np.float32) for n in (1, 4, 2)]
+            model.attach_thread()
+            for batch in batches:
+                model.enqueue([batch])
+            for batch in batches:
+                done = model.dequeue(5000)
+                assert done is not None and done.error is None and done.outputs is not None
+                assert done.outputs[0].shape == (len(batch), 896, 16)
+                assert done.end_ns >= done.start_ns > 0
+            assert model.dequeue(10) is None
+
+
+def test_a_bad_batch_fails_alone(short_range_model: Path) -> None:
+    with open_backend(RuntimeConfig()) as backend, backend.load(
+        ModelSpec("face", short_range_model)
+    ) as model:
+        model.enqueue([np.zeros((1, 3, 64, 64), np.float32)])
+        model.enqueue([np.zeros((1, 3, 128, 128), np.float32)])
+        bad, good = model.dequeue(5000), model.dequeue(5000)
+        assert bad is not None and bad.error is not None
+        assert bad.error.reason == "inference_failed" and bad.outputs is None
+        assert good is not None and good.error is None
+
+
+def test_missing_and_invalid_model_files(tmp_path: Path) -> None:
+    with open_backend(RuntimeConfig()) as backend:
+        with pytest.raises(ModelError, match="no file"):
+            backend.load(ModelSpec("face", tmp_path / "none.onnx"))
+        junk = tmp_path / "junk.onnx"
+        junk.write_bytes(b"not a model")
+        with pytest.raises(ModelError, match="cannot load"):
+            backend.load(ModelSpec("face", junk))
+
+
+def test_enqueue_blocks_beyond_max_in_flight(short_range_model: Path) -> None:
+    import threading
+
+    with open_backend(RuntimeConfig()) as backend, backend.load(
+        ModelSpec("face", short_range_model, max_in_flight=1)
+    ) as model:
+        batch = np.zeros((1, 3, 128, 128), np.float32)
+        model.enqueue([batch])
+        second = threading.Thread(target=model.enqueue, args=([batch],))
+        second.start()
+        second.join(0.3)
+        assert second.is_alive()  # held back until the first batch is dequeued
+        assert model.dequeue(5000) is not None
+        second.join(5)
+        assert not second.is_alive()
+        assert model.dequeue(5000) is not None

@@ -1,0 +1,163 @@
+"""Batch assembly and the enqueue/dequeue ledger, with a small in-process fake model.
+
+The fake stands in for a backend only in these pure-logic tests; the real backends are
+exercised in tests/unit/runtime and end to end.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from streamer.config import BatchConfig
+from streamer.errors import ConfigError, FrameError, Reason
+from streamer.frames import STOP, Batch, EndOfStream, Frame
+from streamer.runtime.base import InferenceOutputs, ModelInfo, QueueModel, TensorInfo
+from streamer.scheduling.batcher import Batcher
+from streamer.scheduling.dequeuer import Dequeuer
+from streamer.scheduling.policy import BatchPolicy
+
+
+class EchoModel(QueueModel):
+    """Returns each batch's input summed per row; fails batches listed in ``fail``."""
+
+    def __init__(self, gears: tuple[int, ...] = (), fail: set[int] | None = None) -> None:
+        shape = (-1 if not gears or len(gears) > 1 else gears[0], 2)
+        tensor = TensorInfo("x", shape, np.dtype(np.float32))
+        self.info = ModelInfo("echo", (tensor,), (tensor,), batch_gears=gears)
+        self.sizes: list[int] = []
+        self._fail = fail or set()
+        self._done: queue.SimpleQueue[InferenceOutputs] = queue.SimpleQueue()
+
+    def enqueue(self, inputs: Sequence[np.ndarray]) -> None:
+        index = len(self.sizes)
+        self.sizes.append(len(inputs[0]))
+        if index in self._fail:
+            error = FrameError(Reason.INFERENCE_FAILED, "injected")
+            self._done.put(InferenceOutputs(None, error, 1, 2))
+        else:
+            self._done.put(InferenceOutputs((inputs[0].sum(axis=1),), None, 1, 2))
+
+    def dequeue(self, timeout_ms: int) -> InferenceOutputs | None:
+        try:
+            return self._done.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        pass
+
+
+def frame(seq: int, source: str = "cam", failed: bool = False) -> Frame:
+    f = Frame(source, seq, time.monotonic_ns(), time.time())
+    if failed:
+        f.fail(FrameError(Reason.DECODE_FAILED, "x"))
+    else:
+        f.tensor = np.full(2, seq, dtype=np.float32)
+    return f
+
+
+def postprocess(outputs: Sequence[np.ndarray], frames: list[Frame]) -> None:
+    for row, f in enumerate(frames):
+        f.results = {"sum": float(outputs[0][row])}
+
+
+def run(model: EchoModel, policy: BatchPolicy, items: list[object]) -> list[object]:
+    inbox: queue.Queue[object] = queue.Queue()
+    ledger: queue.SimpleQueue[object] = queue.SimpleQueue()
+    out: queue.SimpleQueue[object] = queue.SimpleQueue()
+    abort = threading.Event()
+    batcher = Batcher(model, policy, inbox, ledger, abort)
+    dequeuer = Dequeuer(model, ledger, out, postprocess, abort)
+    dequeuer.launch(5)
+    batcher.launch(5)
+    for item in items:
+        inbox.put(item)
+    inbox.put(STOP)
+    batcher.join(5)
+    dequeuer.join(5)
+    assert batcher.failure is None and dequeuer.failure is None
+    drained = []
+    while (item := out.get(timeout=1)) is not STOP:
+        drained.append(item)
+    return drained
+
+
+def frames_of(items: list[object]) -> list[Frame]:
+    return [f for item in items if isinstance(item, Batch) for f in item.frames]
+
+
+def test_full_batches_then_remainder_on_stop() -> None:
+    model = EchoModel()
+    policy = BatchPolicy(max_size=4, max_delay_ns=10**10, gears=())
+    out = run(model, policy, [frame(i) for i in range(10)])
+    assert model.sizes == [4, 4, 2]
+    assert [f.seq for f in frames_of(out)] == list(range(10))
+    assert [f.results["sum"] for f in frames_of(out)] == [2.0 * i for i in range(10)]
+
+
+def test_deadline_flushes_a_partial_batch() -> None:
+    model = EchoModel()
+    inbox: queue.Queue[object] = queue.Queue()
+    ledger: queue.SimpleQueue[object] = queue.SimpleQueue()
+    abort = threading.Event()
+    batcher = Batcher(model, BatchPolicy(8, 20_000_000, ()), inbox, ledger, abort)
+    batcher.launch(5)
+    inbox.put(frame(0))
+    inbox.put(frame(1))
+    batch = ledger.get(timeout=5)  # long before any STOP: the 20 ms deadline flushed it
+    assert isinstance(batch, Batch) and [f.seq for f in batch.frames] == [0, 1]
+    inbox.put(STOP)
+    batcher.join(5)
+    assert ledger.get(timeout=1) is STOP
+
+
+def test_failed_frames_keep_their_place_and_take_no_row() -> None:
+    model = EchoModel()
+    items = [frame(0), frame(1, failed=True), frame(2), frame(3, failed=True)]
+    out = run(model, BatchPolicy(8, 10**10, ()), items)
+    assert model.sizes == [2]
+    frames = frames_of(out)
+    assert [f.seq for f in frames] == [0, 1, 2, 3]
+    assert [f.error is None for f in frames] == [True, False, True, False]
+    assert frames[2].results == {"sum": 4.0}
+
+
+def test_end_of_stream_flushes_and_follows_its_frames() -> None:
+    model = EchoModel()
+    out = run(model, BatchPolicy(8, 10**10, ()), [frame(0), EndOfStream("cam", 0), frame(1)])
+    assert model.sizes == [1, 1]
+    assert isinstance(out[1], EndOfStream)
+    assert [f.seq for f in frames_of(out[:1])] == [0]
+
+
+def test_padding_to_the_next_gear() -> None:
+    model = EchoModel(gears=(1, 2, 4, 8))
+    out = run(model, BatchPolicy(8, 10**10, (1, 2, 4, 8)), [frame(i) for i in range(11)])
+    assert model.sizes == [8, 4]
+    assert [f.results["sum"] for f in frames_of(out)] == [2.0 * i for i in range(11)]
+
+
+def test_a_failed_execution_fails_only_its_batch() -> None:
+    model = EchoModel(fail={0})
+    out = run(model, BatchPolicy(2, 10**10, ()), [frame(i) for i in range(4)])
+    frames = frames_of(out)
+    assert [f.error.reason if f.error else None for f in frames] == [
+        "inference_failed",
+        "inference_failed",
+        None,
+        None,
+    ]
+
+
+def test_policy_rejects_max_size_above_the_largest_gear() -> None:
+    model = EchoModel(gears=(1,))
+    with pytest.raises(ConfigError, match="max_size = 8"):
+        BatchPolicy.for_model(BatchConfig(max_size=8), model.info, "models[0]")
+    policy = BatchPolicy.for_model(BatchConfig(max_size=1), model.info, "models[0]")
+    assert policy.rows_for(1) == 1

@@ -1,0 +1,67 @@
+from pathlib import Path
+
+import pytest
+
+from streamer.config import load_config
+from streamer.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+MINIMAL = """
+[[ingress]]
+uri = "pull+bind:tcp://127.0.0.1:5555"
+[[egress]]
+uri = "pub+bind:tcp://127.0.0.1:5556"
+[[models]]
+name = "face"
+path = "models/face.onnx"
+preprocess = { kind = "letterbox" }
+postprocess = { kind = "blazeface" }
+"""
+
+
+def test_default_config_loads() -> None:
+    config = load_config(ROOT / "configs" / "default.toml")
+    assert config.models[0].asset == "blazeface_short_range"
+    assert config.runtime.backend == "onnxruntime"
+    assert config.models[0].postprocess.params()["score_threshold"] == 0.75
+
+
+def test_relative_model_path_resolves_against_the_config_folder(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, MINIMAL))
+    assert config.model_path(config.models[0]) == tmp_path.resolve() / "models" / "face.onnx"
+
+
+def test_unknown_key_is_an_error_naming_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "\n[daemon]\ndrain_timeout = 3\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "daemon.drain_timeout" in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_model_needs_exactly_one_of_path_and_asset(tmp_path: Path) -> None:
+    text = MINIMAL.replace('path = "models/face.onnx"', 'path = "a.onnx"\nasset = "b"')
+    with pytest.raises(ConfigError, match="exactly one of"):
+        load_config(write(tmp_path, text))
+
+
+def test_missing_sections_and_bad_values(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="ingress"):
+        load_config(write(tmp_path, "[daemon]\n"))
+    with pytest.raises(ConfigError, match="batch.max_size"):
+        load_config(write(tmp_path, MINIMAL + "[models.batch]\nmax_size = 0\n"))
+
+
+def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[daemon\n"))

@@ -1,0 +1,80 @@
+import json
+
+import numpy as np
+import pytest
+
+from streamer.errors import FrameError, Reason
+from streamer.frames import EndOfStream, Frame
+from streamer.transport.protocol import (
+    encode_eos,
+    encode_eos_result,
+    encode_frame,
+    encode_result,
+    parse_header,
+    source_of_unparsable,
+)
+
+
+def test_frame_round_trip_raw_array() -> None:
+    image = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+    header_raw, payload = encode_frame("cam", 7, image, encoding="raw", ts=1.5, meta={"k": 1})
+    header = parse_header(header_raw)
+    assert (header.source, header.seq, header.encoding, header.ts) == ("cam", 7, "raw", 1.5)
+    assert header.meta == {"k": 1} and not header.eos
+    assert header.fields["shape"] == [2, 3, 3] and header.fields["color"] == "bgr"
+    assert bytes(payload) == image.tobytes()
+
+
+def test_eos_header() -> None:
+    header = parse_header(encode_eos("cam", 9)[0])
+    assert header.eos and header.seq == 9
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"v": 2, "source": "a", "seq": 0, "encoding": "jpeg"}',
+        b'{"v": 1, "source": "", "seq": 0, "encoding": "jpeg"}',
+        b'{"v": 1, "source": "a", "seq": -1, "encoding": "jpeg"}',
+        b'{"v": 1, "source": "a", "seq": true, "encoding": "jpeg"}',
+        b'{"v": 1, "source": "a", "seq": 0, "encoding": "gif"}',
+        b'{"v": 1, "source": "a", "seq": 0, "encoding": "jpeg", "ts": NaN}',
+        b'{"v": 1, "source": "a", "seq": 0, "encoding": "jpeg", "meta": [1]}',
+        b"{" * 100_000,
+    ],
+)
+def test_bad_headers_are_bad_header(raw: bytes) -> None:
+    with pytest.raises(FrameError) as info:
+        parse_header(raw)
+    assert info.value.reason == Reason.BAD_HEADER
+
+
+def test_source_of_unparsable_is_best_effort() -> None:
+    assert source_of_unparsable(b'{"source": "a", "seq": 3, "v": 9}') == ("a", 3)
+    assert source_of_unparsable(b"garbage") == ("", -1)
+
+
+def test_result_fields_and_latency_split() -> None:
+    frame = Frame("cam", 4, received_at_ns=1_000_000_000, received_at=100.0, ts=99.5)
+    frame.meta, frame.width, frame.height, frame.model = {"x": 1}, 176, 144, "face"
+    frame.infer_start_ns, frame.infer_end_ns = 1_002_000_000, 1_005_000_000
+    frame.results = {"detections": []}
+    topic, body = encode_result(frame, done_at_ns=1_010_000_000)
+    result = json.loads(body)
+    assert topic == b"cam"
+    assert result["latency_ms"] == {"queue": 2.0, "infer": 3.0, "total": 10.0}
+    assert result["done_at"] == pytest.approx(100.01)
+    assert result["error"] is None and result["meta"] == {"x": 1}
+    assert (result["width"], result["height"], result["detections"]) == (176, 144, [])
+
+
+def test_error_result_and_eos_result() -> None:
+    frame = Frame("cam", 1, received_at_ns=0, received_at=1.0)
+    frame.fail(FrameError(Reason.DECODE_FAILED, "bad jpeg"))
+    result = json.loads(encode_result(frame, done_at_ns=10)[1])
+    assert result["error"] == {"reason": "decode_failed", "detail": "bad jpeg"}
+    eos = json.loads(encode_eos_result(EndOfStream("cam", 5))[1])
+    assert eos["eos"] is True and eos["seq"] == 5
