@@ -62,7 +62,7 @@ class ModelStage:
     def postprocess_batch(self, outputs: Sequence[np.ndarray], frames: list[Frame]) -> None:
         """Fill ``frame.results`` of each frame from the batch-first ``outputs``."""
         results = self.postprocess(outputs, [f.transform for f in frames])
-        for frame, result in zip(frames, results):
+        for frame, result in zip(frames, results, strict=True):
             frame.results = result
 
 

@@ -21,7 +21,6 @@ from typing import IO, Any
 
 import click
 import cv2
-
 import zmq
 
 from streamer.assets import media_path

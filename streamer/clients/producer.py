@@ -114,11 +114,12 @@ def open_input(spec: str | int | os.PathLike[str]) -> MediaInput:
     """
     if isinstance(spec, int):
         return MediaInput("camera", camera=spec)
-    path = Path(spec)
+    text = os.fspath(spec)
+    path = Path(text)
     if not path.exists():
-        if str(spec).isdigit():
-            return MediaInput("camera", camera=int(spec))
-        path = media_path(str(spec))
+        if text.isdigit():
+            return MediaInput("camera", camera=int(text))
+        path = media_path(text)
     if path.is_dir():
         return MediaInput("folder", path=path)
     if path.suffix.lower() in IMAGE_SUFFIXES:

@@ -141,7 +141,7 @@ class OnnxModel(QueueModel):
     def _execute(self, inputs: Sequence[np.ndarray]) -> InferenceOutputs:
         start = time.monotonic_ns()
         try:
-            outputs = self._session.run(None, dict(zip(self._input_names, inputs)))
+            outputs = self._session.run(None, dict(zip(self._input_names, inputs, strict=True)))
         except Exception as exc:  # any onnxruntime failure fails this batch only
             error = FrameError(Reason.INFERENCE_FAILED, f"onnxruntime: {exc}")
             return InferenceOutputs(None, error, start, time.monotonic_ns())

@@ -63,7 +63,7 @@ class Egress(Worker):
         self._sockets: list[zmq.Socket[bytes]] = []
 
     def setup(self) -> None:
-        for config, endpoint in zip(self._configs, self.endpoints):
+        for config, endpoint in zip(self._configs, self.endpoints, strict=True):
             socket = self._context.socket(endpoint.socket_type)
             self._sockets.append(socket)
             socket.setsockopt(zmq.LINGER, _LINGER_MS)

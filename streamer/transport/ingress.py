@@ -57,7 +57,8 @@ class Ingress(Worker):
         abort: threading.Event,
     ) -> None:
         super().__init__(name=f"ingress-{config.name}")
-        self.endpoint: Endpoint = parse_endpoint(config.uri, INGRESS_TYPES, f"ingress {config.name}")
+        where = f"ingress {config.name}"
+        self.endpoint: Endpoint = parse_endpoint(config.uri, INGRESS_TYPES, where)
         self._config = config
         self._context = context
         self._prepare = prepare

@@ -162,7 +162,8 @@ def _validate(entry: RegistryEntry[Any], raw: dict[str, Any], where: str) -> Plu
         lines = [f"{where}: invalid parameters for {entry.name!r}"]
         for err in exc.errors():
             key = ".".join(str(p) for p in err["loc"]) or "(params)"
-            msg = f"unknown key (known: {known})" if err["type"] == "extra_forbidden" else err["msg"]
+            unknown = err["type"] == "extra_forbidden"
+            msg = f"unknown key (known: {known})" if unknown else err["msg"]
             lines.append(f"  {where}.{key}: {msg}")
         raise ConfigError("\n".join(lines)) from exc
 
@@ -170,5 +171,7 @@ def _validate(entry: RegistryEntry[Any], raw: dict[str, Any], where: str) -> Plu
 PREPROCESSORS: Registry[Preprocessor] = Registry("preprocessor", ("streamer.vision.preprocess",))
 """Preprocessors (:class:`streamer.vision.preprocess.Preprocessor`), e.g. ``letterbox``."""
 
-POSTPROCESSORS: Registry[Postprocessor] = Registry("postprocessor", ("streamer.vision.postprocess",))
+POSTPROCESSORS: Registry[Postprocessor] = Registry(
+    "postprocessor", ("streamer.vision.postprocess",)
+)
 """Postprocessors (:class:`streamer.vision.postprocess.Postprocessor`), e.g. ``blazeface``."""

@@ -88,10 +88,11 @@ def test_bad_frames_fail_alone(start_daemon: Any, connect: Any, astronaut: np.nd
     daemon = start_daemon()
     client: Client = connect(daemon)
     jpeg = cv2.imencode(".jpg", cv2.resize(astronaut, (640, 480)))[1].tobytes()
+    garbage = np.random.default_rng(0).integers(0, 256, 100, dtype=np.uint8).tobytes()
     cases = [
         ("cut", [jpeg[:1000]], "decode_failed"),
         ("empty", [b""], "decode_failed"),
-        ("garbage", [bytes(np.random.default_rng(0).integers(0, 256, 100, dtype=np.uint8))], "decode_failed"),
+        ("garbage", [garbage], "decode_failed"),
     ]
     for seq, (source, payload, _) in enumerate(cases):
         header, _ = encode_frame(source, seq, b"", encoding="jpeg")

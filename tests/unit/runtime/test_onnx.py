@@ -9,8 +9,9 @@ from streamer.runtime import ModelSpec, open_backend
 
 
 def test_model_info_and_fifo_batches(short_range_model: Path) -> None:
+    spec = ModelSpec("face", short_range_model, max_in_flight=3, batch_gears=(1, 2, 4))
     with open_backend(RuntimeConfig(options={"intra_op_threads": 1})) as backend:
-        with backend.load(ModelSpec("face", short_range_model, max_in_flight=3, batch_gears=(1, 2, 4))) as model:
+        with backend.load(spec) as model:
             info = model.info
             assert [t.name for t in info.inputs] == ["input"]
             assert info.inputs[0].shape == (-1, 3, 128, 128) and info.dynamic_batch
