@@ -1,0 +1,46 @@
+"""Postprocessors: one batch of model outputs → one result dict per frame.
+
+A :class:`Postprocessor` runs on a model replica's dequeue thread. Built-in plug-ins, registered
+in :data:`streamer.vision.registry.POSTPROCESSORS` when this package is imported:
+
+- ``blazeface`` (:mod:`streamer.vision.postprocess.blazeface`): MediaPipe BlazeFace face
+  detections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from streamer.vision.preprocess import LetterboxTransform
+
+__all__ = ["BlazeFace", "BlazeFaceParams", "Postprocessor"]
+
+
+class Postprocessor(Protocol):
+    """Turns one batch of model outputs into per-frame results; thread-safe."""
+
+    def __call__(
+        self, outputs: Sequence[np.ndarray], transforms: Sequence[LetterboxTransform]
+    ) -> list[dict[str, Any]]:
+        """Postprocess one batch.
+
+        Args:
+            outputs: one array per model output, in ``ModelInfo.outputs`` order, batch first;
+                the batch may be padded: only the first ``len(transforms)`` rows are frames.
+            transforms: each real frame's transform from model input to image pixels.
+
+        Returns:
+            One dict per frame, in order, merged into its published result JSON (e.g.
+            ``{"detections": [...]}``; coordinates in pixels of the decoded image).
+
+        Raises:
+            FrameError: ``postprocess_failed``; every frame of the batch fails with it.
+        """
+        ...
+
+
+# Imported after the protocol so that plug-in modules may import it from here.
+from streamer.vision.postprocess.blazeface import BlazeFace, BlazeFaceParams  # noqa: E402

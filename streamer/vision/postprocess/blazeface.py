@@ -1,0 +1,353 @@
+"""The ``blazeface`` postprocessor: MediaPipe BlazeFace outputs → face detections.
+
+Follows MediaPipe's face detection graph (``mediapipe/modules/face_detection/``
+``face_detection.pbtxt`` with the ``face_detection_short_range`` / ``_full_range`` options):
+
+1. **Anchors** (``SsdAnchorsCalculator``): one anchor centre per cell of each feature map,
+   ``((x + 0.5) / fw, (y + 0.5) / fh)``; layers that share a stride are merged, each adding
+   one anchor per aspect ratio (here only 1.0) plus one more when
+   ``interpolated_scale_aspect_ratio > 0``. Both models use ``fixed_anchor_size: true``, so an
+   anchor's width and height are 1 and only its centre matters.
+
+   ============ ====== ==================== ============================ ========
+   model        input  strides              interpolated_scale_aspect    anchors
+   ============ ====== ==================== ============================ ========
+   short range  128²   8, 16, 16, 16        1.0 (default)                16²·2 + 8²·6 = 896
+   full range   192²   4                    0.0                          48²·1 = 2304
+   ============ ====== ==================== ============================ ========
+
+2. **Decoding** (``TensorsToDetectionsCalculator``, ``reverse_output_order: true``,
+   ``x_scale = y_scale = w_scale = h_scale =`` input size): each regressor row is
+   ``[dx, dy, w, h, kx0, ky0, …, kx5, ky5]`` in model-input pixels relative to its anchor
+   centre; ``score = sigmoid(clip(logit, -100, 100))`` (``score_clipping_thresh: 100``), and
+   rows below ``score_threshold`` are dropped.
+3. **Weighted NMS** (``NonMaxSuppressionCalculator``, ``overlap_type: INTERSECTION_OVER_UNION``,
+   ``algorithm: WEIGHTED``): take the best remaining detection, gather every remaining one
+   whose IoU with it is above ``iou_threshold`` (itself included), and output the
+   score-weighted mean of their boxes and keypoints with the best one's score.
+4. **Letterbox removal** (``DetectionLetterboxRemovalCalculator``): through the frame's
+   :class:`LetterboxTransform` to pixels of the decoded image, clipped to the image.
+
+The six keypoints are, in order: right eye, left eye, nose tip, mouth, right ear tragion,
+left ear tragion (from the subject's point of view; MediaPipe ``FaceKeyPoint``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from streamer.errors import ConfigError, FrameError, Reason
+from streamer.runtime.base import ModelInfo
+from streamer.vision.preprocess import LetterboxTransform
+from streamer.vision.registry import POSTPROCESSORS, PluginParams
+
+__all__ = [
+    "FULL_RANGE",
+    "SHORT_RANGE",
+    "AnchorConfig",
+    "BlazeFace",
+    "BlazeFaceParams",
+    "decode_boxes",
+    "ssd_anchors",
+    "weighted_nms",
+]
+
+NUM_COORDS = 16
+NUM_KEYPOINTS = 6
+LABEL = "face"
+
+
+@dataclass(frozen=True, slots=True)
+class AnchorConfig:
+    """The ``SsdAnchorsCalculator`` options of one BlazeFace variant (fixed anchor size).
+
+    Attributes:
+        name: ``short_range`` | ``full_range``.
+        input_size: model input height = width, pixels.
+        strides: one per layer, pixels.
+        interpolated_scale_aspect_ratio: > 0 adds one anchor per layer and cell.
+        default_score_threshold: the ``score_threshold`` used when the config sets none;
+            chosen on streamer's acceptance images (see :class:`BlazeFaceParams`).
+    """
+
+    name: str
+    input_size: int
+    strides: tuple[int, ...]
+    interpolated_scale_aspect_ratio: float
+    default_score_threshold: float
+
+    @property
+    def num_anchors(self) -> int:
+        return len(ssd_anchors(self))
+
+
+SHORT_RANGE = AnchorConfig("short_range", 128, (8, 16, 16, 16), 1.0, 0.75)
+FULL_RANGE = AnchorConfig("full_range", 192, (4,), 0.0, 0.5)
+_VARIANTS = (SHORT_RANGE, FULL_RANGE)
+
+
+def ssd_anchors(config: AnchorConfig) -> np.ndarray:
+    """Anchor centres as MediaPipe's ``SsdAnchorsCalculator`` lays them out.
+
+    Returns:
+        float32 (num_anchors, 2): (x, y) centres in model-input pixels, in the order of the
+        model's output rows (layer groups, then rows y, columns x, anchors of a cell).
+    """
+    centres = []
+    strides = config.strides
+    layer = 0
+    while layer < len(strides):
+        same = sum(1 for s in strides[layer:] if s == strides[layer])
+        per_cell = same * (2 if config.interpolated_scale_aspect_ratio > 0 else 1)
+        cells = math.ceil(config.input_size / strides[layer])
+        grid = (np.arange(cells, dtype=np.float64) + 0.5) / cells * config.input_size
+        ys, xs = np.meshgrid(grid, grid, indexing="ij")
+        centres.append(np.repeat(np.stack([xs.ravel(), ys.ravel()], axis=1), per_cell, axis=0))
+        layer += same
+    return np.concatenate(centres).astype(np.float32)
+
+
+def decode_boxes(regressors: np.ndarray, anchors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decode one frame's regressor rows (``TensorsToDetectionsCalculator``, fixed anchors).
+
+    Args:
+        regressors: float (N, 16) raw rows, model-input pixels relative to the anchors.
+        anchors: float32 (N, 2) anchor centres, model-input pixels.
+
+    Returns:
+        boxes: float32 (N, 4) corners (x1, y1, x2, y2), model-input pixels.
+        keypoints: float32 (N, 6, 2) (x, y), model-input pixels.
+    """
+    centre = regressors[:, 0:2] + anchors
+    half = regressors[:, 2:4] / 2
+    boxes = np.concatenate([centre - half, centre + half], axis=1)
+    keypoints = regressors[:, 4:NUM_COORDS].reshape(-1, NUM_KEYPOINTS, 2) + anchors[:, None, :]
+    return boxes.astype(np.float32, copy=False), keypoints.astype(np.float32, copy=False)
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """IoU of one (4,) box with (M, 4) boxes, corners; 0 where they do not intersect."""
+    lo = np.maximum(box[:2], boxes[:, :2])
+    hi = np.minimum(box[2:], boxes[:, 2:])
+    inter = np.prod(np.clip(hi - lo, 0, None), axis=1)
+    area = np.prod(box[2:] - box[:2])
+    areas = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
+    union = area + areas - inter
+    iou: np.ndarray = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    return iou
+
+
+def weighted_nms(
+    boxes: np.ndarray,
+    keypoints: np.ndarray,
+    scores: np.ndarray,
+    iou_threshold: float,
+    max_detections: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MediaPipe's weighted non-maximum suppression (``WeightedNonMaxSuppression``).
+
+    Args:
+        boxes: float (M, 4) corners; keypoints: float (M, K, 2); scores: float (M,).
+        iou_threshold: a detection joins the best one's cluster when IoU > this.
+        max_detections: clusters to output at most.
+
+    Returns:
+        (boxes (D, 4), keypoints (D, K, 2), scores (D,)), best first: each cluster's
+        score-weighted mean box and keypoints, with the best member's score.
+    """
+    order = np.argsort(-scores, kind="stable")
+    boxes, keypoints, scores = boxes[order], keypoints[order], scores[order]
+    out_boxes: list[np.ndarray] = []
+    out_points: list[np.ndarray] = []
+    out_scores: list[float] = []
+    while len(scores) and len(out_scores) < max_detections:
+        members = _iou(boxes[0], boxes) > iou_threshold
+        members[0] = True  # a degenerate (empty) box still forms its own cluster
+        weights = scores[members] / scores[members].sum()
+        out_boxes.append(weights @ boxes[members])
+        out_points.append(np.tensordot(weights, keypoints[members], axes=1))
+        out_scores.append(scores[0])
+        keep = ~members
+        boxes, keypoints, scores = boxes[keep], keypoints[keep], scores[keep]
+    k = keypoints.shape[1]
+    return (
+        np.array(out_boxes, np.float32).reshape(-1, 4),
+        np.array(out_points, np.float32).reshape(-1, k, 2),
+        np.array(out_scores, np.float32),
+    )
+
+
+class BlazeFaceParams(PluginParams):
+    """Parameters of ``blazeface``.
+
+    Attributes:
+        score_threshold: minimum face probability; None picks the variant's default, 0.75 for
+            short range and 0.5 for full range. Measured with streamer's letterbox: short range
+            scores carphone's face 0.87..0.97 and skimage's cat "chelsea" up to 0.49 (0.58 has
+            been seen with other letterbox code); full range scores carphone 0.65..0.92 and
+            chelsea 0.01, coffee 0.17 (tests/unit/vision/test_blazeface.py).
+        iou_threshold: IoU above which detections merge (MediaPipe's
+            ``min_suppression_threshold``: 0.3).
+        max_detections: faces per frame at most.
+    """
+
+    score_threshold: float | None = Field(None, gt=0, lt=1)
+    iou_threshold: float = Field(0.3, ge=0, le=1)
+    max_detections: int = Field(100, ge=1)
+
+
+@POSTPROCESSORS.register("blazeface", BlazeFaceParams)
+class BlazeFace:
+    """Face detections from a BlazeFace model (short or full range, chosen by input size).
+
+    Thread-safe: it holds only read-only tables. Called on the dequeue thread.
+
+    Args:
+        params: validated :class:`BlazeFaceParams`.
+        info: the loaded model: one 4-D input of 128² or 192² pixels (NCHW or NHWC), and two
+            outputs (batch, N, 16) regressors and (batch, N, 1) logits, N = the variant's
+            anchor count.
+
+    Raises:
+        ConfigError: the model's input size matches no variant, or its outputs do not have
+            the shapes above for that variant.
+    """
+
+    def __init__(self, params: BlazeFaceParams, info: ModelInfo) -> None:
+        self.variant = _variant(info)
+        self.anchors = ssd_anchors(self.variant)
+        self._regressors, self._logits = _output_indices(info, len(self.anchors))
+        threshold = params.score_threshold
+        if threshold is None:
+            threshold = self.variant.default_score_threshold
+        self.score_threshold = threshold
+        # sigmoid(x) >= t  <=>  x >= logit(t): compare logits, take sigmoids of the few kept.
+        self._logit_threshold = math.log(threshold / (1 - threshold))
+        self.iou_threshold = params.iou_threshold
+        self.max_detections = params.max_detections
+
+    def __call__(
+        self, outputs: Sequence[np.ndarray], transforms: Sequence[LetterboxTransform]
+    ) -> list[dict[str, Any]]:
+        """Detections for each of the ``len(transforms)`` real frames of one batch.
+
+        Args:
+            outputs: the model outputs in ``ModelInfo.outputs`` order, batch first; rows past
+                ``len(transforms)`` (batch padding) are ignored.
+            transforms: each frame's letterbox transform.
+
+        Returns:
+            Per frame ``{"detections": [{"box": [x, y, w, h], "score": s, "label": "face",
+            "keypoints": [[x, y] × 6]}, …]}``, best first; pixels of the decoded image,
+            clipped to it, rounded to 2 decimals (score to 4).
+
+        Raises:
+            FrameError: ``postprocess_failed`` when the outputs do not have the expected
+                shapes for this batch.
+        """
+        regressors, logits = self._checked(outputs, len(transforms))
+        return [
+            {"detections": self._frame(regressors[i], logits[i], t)}
+            for i, t in enumerate(transforms)
+        ]
+
+    def _checked(self, outputs: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+        regressors = np.asarray(outputs[self._regressors])
+        logits = np.asarray(outputs[self._logits])
+        n_anchors = len(self.anchors)
+        if (
+            regressors.ndim != 3
+            or regressors.shape[0] < n
+            or regressors.shape[1:] != (n_anchors, NUM_COORDS)
+            or logits.shape[:2] != regressors.shape[:2]
+        ):
+            raise FrameError(
+                Reason.POSTPROCESS_FAILED,
+                f"blazeface expects outputs ({n}+, {n_anchors}, 16) and ({n}+, {n_anchors}, 1), "
+                f"got {regressors.shape} and {logits.shape}",
+            )
+        return regressors, logits.reshape(logits.shape[0], n_anchors)
+
+    def _frame(
+        self, regressors: np.ndarray, logits: np.ndarray, transform: LetterboxTransform
+    ) -> list[dict[str, Any]]:
+        """Detections of one frame from its (N, 16) regressors and (N,) logits."""
+        kept = np.flatnonzero(logits >= self._logit_threshold)
+        if not len(kept):
+            return []
+        scores = 1.0 / (1.0 + np.exp(-np.clip(logits[kept].astype(np.float64), -100, 100)))
+        boxes, points = decode_boxes(regressors[kept], self.anchors[kept])
+        boxes, points, scores = weighted_nms(
+            boxes, points, scores, self.iou_threshold, self.max_detections
+        )
+        return _to_image(boxes, points, scores, transform)
+
+
+def _to_image(
+    boxes: np.ndarray, points: np.ndarray, scores: np.ndarray, transform: LetterboxTransform
+) -> list[dict[str, Any]]:
+    """Map (D, 4) corner boxes and (D, K, 2) keypoints in model-input pixels to detection
+    dicts in image pixels, clipped to the image; boxes left empty by clipping are dropped."""
+    size = np.array([transform.image_width, transform.image_height], np.float64)
+    corners = np.clip(transform.to_image(boxes.reshape(-1, 2, 2)), 0, size)
+    points = np.clip(transform.to_image(points), 0, size)
+    detections = []
+    for (x1, y1), (x2, y2), pts, score in zip(
+        corners[:, 0], corners[:, 1], points, scores, strict=True
+    ):
+        if x2 <= x1 or y2 <= y1:
+            continue
+        detections.append(
+            {
+                "box": [round(float(x1), 2), round(float(y1), 2)]
+                + [round(float(x2 - x1), 2), round(float(y2 - y1), 2)],
+                "score": round(float(score), 4),
+                "label": LABEL,
+                "keypoints": [[round(float(x), 2), round(float(y), 2)] for x, y in pts],
+            }
+        )
+    return detections
+
+
+def _variant(info: ModelInfo) -> AnchorConfig:
+    """The BlazeFace variant whose input size the model's first input has.
+
+    Raises:
+        ConfigError: no input, or a size that is neither 128² nor 192².
+    """
+    if not info.inputs or len(info.inputs[0].shape) != 4:
+        raise ConfigError(f"model {info.name!r}: blazeface needs one 4-D image input")
+    shape = info.inputs[0].shape
+    hw = shape[2:4] if shape[1] == 3 else shape[1:3]
+    for variant in _VARIANTS:
+        if hw == (variant.input_size, variant.input_size):
+            return variant
+    sizes = ", ".join(f"{v.input_size}x{v.input_size} ({v.name})" for v in _VARIANTS)
+    raise ConfigError(
+        f"model {info.name!r}: input {info.inputs[0].name!r} {list(shape)} fits no BlazeFace "
+        f"variant; known input sizes: {sizes}"
+    )
+
+
+def _output_indices(info: ModelInfo, n_anchors: int) -> tuple[int, int]:
+    """Indices of the (batch, N, 16) regressors and (batch, N, 1) logits in the outputs.
+
+    Raises:
+        ConfigError: the outputs are not one of each, with N = ``n_anchors`` rows.
+    """
+    regressors = [i for i, t in enumerate(info.outputs) if t.shape[1:] == (n_anchors, NUM_COORDS)]
+    logits = [i for i, t in enumerate(info.outputs) if t.shape[1:] == (n_anchors, 1)]
+    if len(info.outputs) != 2 or len(regressors) != 1 or len(logits) != 1:
+        found = ", ".join(f"{t.name} {list(t.shape)}" for t in info.outputs)
+        raise ConfigError(
+            f"model {info.name!r}: its input size says {n_anchors} anchors, so blazeface "
+            f"expects outputs [batch, {n_anchors}, 16] and [batch, {n_anchors}, 1]; "
+            f"found {found}"
+        )
+    return regressors[0], logits[0]
