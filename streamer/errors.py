@@ -8,8 +8,9 @@
     ├── ModelError             a model cannot be loaded or does not fit its configuration
     ├── BackendError           an inference backend failed in a way the daemon cannot recover
     │                          from (device lost, runtime missing); stops the daemon, exit 1
-    └── FrameError             one frame cannot be processed; becomes an error result with a
-                               stable machine-readable ``reason``, never stops the daemon
+    ├── FrameError             one frame cannot be processed; becomes an error result with a
+    │                          stable machine-readable ``reason``, never stops the daemon
+    └── ClientError            a producer or subscriber (``streamer.clients``) cannot do its job
 
 Foreign exceptions (onnxruntime, OpenCV, ZeroMQ, pyACL return codes) are translated into this
 tree at the boundary where they occur, with ``raise ... from exc``.
@@ -20,6 +21,7 @@ from __future__ import annotations
 __all__ = [
     "AssetError",
     "BackendError",
+    "ClientError",
     "ConfigError",
     "FrameError",
     "ModelError",
@@ -78,3 +80,7 @@ class FrameError(StreamerError):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+class ClientError(StreamerError):
+    """A producer or subscriber cannot do its job: unreadable input, bad endpoint, no daemon."""

@@ -35,6 +35,7 @@ EGRESS = "tcp://127.0.0.1:5556"
 VIDEO = "carphone.mp4"
 SOURCE = "carphone"
 WARMUP = "warmup"
+VIDEO_FPS = 30.0  # the clip's own rate, as a live camera would send it
 
 
 class DaemonProcess:
@@ -103,7 +104,7 @@ def _stream(subscriber: Subscriber, out: Path, lines: IO[str]) -> Summary:
 
     def send() -> None:
         try:
-            produce(VIDEO, INGRESS, source=SOURCE, encoding="jpeg")
+            produce(VIDEO, INGRESS, source=SOURCE, encoding="jpeg", fps=VIDEO_FPS)
         except Exception as exc:  # reported after the results
             errors.append(exc)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +24,7 @@ import numpy as np
 import zmq
 
 from streamer.assets import media_path
-from streamer.errors import StreamerError
+from streamer.errors import ClientError
 from streamer.transport.protocol import ENCODINGS, encode_eos, encode_frame
 
 __all__ = [
@@ -41,10 +41,6 @@ __all__ = [
 
 DEFAULT_PRODUCER_ENDPOINT = "tcp://127.0.0.1:5555"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
-
-
-class ClientError(StreamerError):
-    """A producer or subscriber cannot do its job: unreadable input, bad endpoint, no daemon."""
 
 
 @dataclass(frozen=True)
@@ -276,7 +272,7 @@ class Producer:
     ) -> None:
         self.close()
 
-    def _send(self, parts: list[bytes | memoryview] | list[bytes]) -> None:
+    def _send(self, parts: Sequence[bytes | memoryview]) -> None:
         if not self._first_ns:
             self._first_ns = time.monotonic_ns()
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -13,7 +14,8 @@ import cv2
 import numpy as np
 import pytest
 
-from streamer.clients.producer import ClientError, produce
+from streamer.clients.producer import produce
+from streamer.errors import ClientError
 from streamer.transport.protocol import encode_frame
 
 from .conftest import Client, Daemon
@@ -191,11 +193,17 @@ def test_port_in_use_fails_start(tmp_path: Path, start_daemon: Any) -> None:
 
 
 @pytest.mark.slow
-def test_readme_demo_runs_by_itself() -> None:
+def test_readme_demo_runs_by_itself(tmp_path: Path, assets: dict[str, Path]) -> None:
+    """`make demo`'s script on the default config and ports: it must stop by itself."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "demo.py"), "--out", "/dev/null"],
+        [sys.executable, str(ROOT / "tools" / "demo.py"), "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert len((tmp_path / "carphone.jsonl").read_text().splitlines()) == 121  # with eos
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["per_source"] == {"carphone": 120} and summary["out_of_order"] == 0
+    assert (tmp_path / "carphone_annotated.mp4").stat().st_size > 0
+    assert "seq=119" in result.stdout

@@ -1,0 +1,44 @@
+"""Client libraries for the native wire protocol (DESIGN.md §5).
+
+A producer sends frames from a video, an image folder, an image or a camera to a daemon's
+PULL ingress; a subscriber reads results from its PUB egress, summarises them and draws them
+onto the video they came from. ``tools/produce.py`` and ``tools/subscribe.py`` are their CLIs.
+"""
+
+from streamer.clients.producer import (
+    DEFAULT_PRODUCER_ENDPOINT,
+    IMAGE_SUFFIXES,
+    ClientError,
+    MediaInput,
+    Pacer,
+    Producer,
+    ProducerStats,
+    open_input,
+    produce,
+)
+from streamer.clients.subscriber import (
+    DEFAULT_SUBSCRIBER_ENDPOINT,
+    Annotator,
+    Subscriber,
+    Summary,
+    draw_result,
+    result_line,
+)
+
+__all__ = [
+    "DEFAULT_PRODUCER_ENDPOINT",
+    "DEFAULT_SUBSCRIBER_ENDPOINT",
+    "IMAGE_SUFFIXES",
+    "Annotator",
+    "ClientError",
+    "MediaInput",
+    "Pacer",
+    "Producer",
+    "ProducerStats",
+    "Subscriber",
+    "Summary",
+    "draw_result",
+    "open_input",
+    "produce",
+    "result_line",
+]

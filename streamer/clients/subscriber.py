@@ -1,0 +1,362 @@
+"""Subscriber library: results from a daemon's PUB egress, a summary, and annotated video.
+
+Result messages are ``[topic = source, json]`` (DESIGN.md §5, built by
+:func:`streamer.transport.protocol.encode_result`); the ``eos`` result of a source follows
+its last frame's result. PUB/SUB drops whatever is published before the subscription reaches
+the daemon, so start a subscriber before its producers::
+
+    from streamer.clients import Summary, Subscriber
+    summary = Summary()
+    with Subscriber(sources=["carphone"]) as subscriber:
+        for result in subscriber.results(expect_eos=["carphone"]):
+            summary.add(result)
+    print(summary.as_dict())
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import cv2
+import numpy as np
+import zmq
+
+from streamer.errors import ClientError
+
+__all__ = [
+    "DEFAULT_SUBSCRIBER_ENDPOINT",
+    "Annotator",
+    "Subscriber",
+    "Summary",
+    "draw_result",
+    "result_line",
+]
+
+DEFAULT_SUBSCRIBER_ENDPOINT = "tcp://127.0.0.1:5556"
+
+_GREEN = (0, 255, 0)
+_RED = (0, 0, 255)
+_FONT = cv2.FONT_HERSHEY_SIMPLEX
+
+
+class Subscriber:
+    """A SUB socket connected to a daemon's PUB egress that yields result dicts.
+
+    Only results whose topic is exactly one of ``sources`` are returned (ZMQ subscriptions
+    match prefixes, so ``cam1`` would also get ``cam10``). Those other sources' messages, and
+    messages that are not a ``[topic, JSON object with that source]`` pair, are skipped and
+    counted in :attr:`skipped`.
+
+    Not thread-safe: create and use it from one thread (it owns a ZMQ socket).
+
+    Args:
+        endpoint: the endpoint the daemon's PUB egress binds, e.g. ``tcp://host:5556``.
+        sources: source ids to subscribe to; empty for all.
+        rcvhwm: results queued before ZMQ drops new ones.
+        context: the ZMQ context; default ``zmq.Context.instance()``.
+
+    Raises:
+        ClientError: the endpoint is invalid.
+    """
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_SUBSCRIBER_ENDPOINT,
+        *,
+        sources: Iterable[str] = (),
+        rcvhwm: int = 10_000,
+        context: zmq.Context[Any] | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.sources = frozenset(sources)
+        self.skipped = 0
+        self._socket = (context or zmq.Context.instance()).socket(zmq.SUB)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.RCVHWM, rcvhwm)
+        for topic in sorted(self.sources) or [""]:
+            self._socket.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        try:
+            self._socket.connect(endpoint)
+        except zmq.ZMQError as exc:
+            self._socket.close()
+            raise ClientError(f"cannot connect to {endpoint!r}: {exc}") from exc
+
+    def receive(self, timeout_s: float | None = None) -> dict[str, Any] | None:
+        """The next result, or None when none arrives within ``timeout_s`` (None: no limit)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait_ms = None if deadline is None else _remaining_ms(deadline)
+            if not self._socket.poll(wait_ms):
+                return None
+            result = self._parse(self._socket.recv_multipart())
+            if result is not None:
+                return result
+            self.skipped += 1
+
+    def results(
+        self,
+        *,
+        expect_eos: Iterable[str] = (),
+        count: int | None = None,
+        idle_timeout_s: float | None = 10.0,
+    ) -> Iterator[dict[str, Any]]:
+        """Yield results, ``eos`` results included, until a stop condition.
+
+        Args:
+            expect_eos: stop once an ``eos`` result has arrived for each of these sources;
+                empty: ``eos`` results do not stop the iteration.
+            count: stop after this many results (``eos`` results not counted); None: no
+                limit.
+            idle_timeout_s: stop after this long with nothing received (s); None: no limit.
+        """
+        pending = set(expect_eos)
+        stop_on_eos = bool(pending)
+        received = 0
+        while count is None or received < count:
+            result = self.receive(idle_timeout_s)
+            if result is None:
+                return
+            yield result
+            if result.get("eos") is True:
+                pending.discard(result["source"])
+                if stop_on_eos and not pending:
+                    return
+            else:
+                received += 1
+
+    def close(self) -> None:
+        """Close the socket; idempotent."""
+        self._socket.close()
+
+    def __enter__(self) -> Subscriber:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _parse(self, parts: list[bytes]) -> dict[str, Any] | None:
+        if len(parts) != 2:
+            return None
+        topic = parts[0].decode(errors="replace")
+        if self.sources and topic not in self.sources:
+            return None
+        try:
+            result = json.loads(parts[1])
+        except ValueError:
+            return None
+        if not isinstance(result, dict) or result.get("source") != topic:
+            return None
+        return result
+
+
+def _remaining_ms(deadline: float) -> int:
+    return max(0, math.ceil((deadline - time.monotonic()) * 1000))
+
+
+class Summary:
+    """Accumulates statistics over result dicts; feed it with :meth:`add`.
+
+    Attributes:
+        per_source: results per source (``eos`` results not counted).
+        errors: error results by ``error.reason``.
+        detections: frames without error by number of detections: ``0``, ``1``, ``2+``.
+        out_of_order: results whose ``seq`` is not above every earlier seq of their source.
+        eos: sources whose ``eos`` result arrived.
+        latencies_ms: ``latency_ms.total`` of every result that has it (ms).
+    """
+
+    def __init__(self) -> None:
+        self.per_source: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.detections: Counter[str] = Counter({"0": 0, "1": 0, "2+": 0})
+        self.out_of_order = 0
+        self.eos: set[str] = set()
+        self.latencies_ms: list[float] = []
+        self._max_seq: dict[str, int] = {}
+
+    def add(self, result: dict[str, Any]) -> None:
+        """Count one result dict as yielded by :meth:`Subscriber.results`."""
+        source = str(result.get("source", ""))
+        if result.get("eos") is True:
+            self.eos.add(source)
+            return
+        self.per_source[source] += 1
+        self._check_order(source, result.get("seq", -1))
+        total = (result.get("latency_ms") or {}).get("total")
+        if isinstance(total, (int, float)):
+            self.latencies_ms.append(float(total))
+        if result.get("error"):
+            self.errors[str(result["error"].get("reason", "unknown"))] += 1
+        else:
+            found = len(result.get("detections") or [])
+            self.detections["2+" if found >= 2 else str(found)] += 1
+
+    def latency_percentiles_ms(self) -> dict[str, float | None]:
+        """p50, p95 and p99 of ``latency_ms.total`` (ms, linear interpolation); None if empty."""
+        if not self.latencies_ms:
+            return {"p50": None, "p95": None, "p99": None}
+        p50, p95, p99 = (round(float(v), 3) for v in np.percentile(self.latencies_ms, [50, 95, 99]))
+        return {"p50": p50, "p95": p95, "p99": p99}
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy of every statistic."""
+        return {
+            "results": sum(self.per_source.values()),
+            "per_source": dict(sorted(self.per_source.items())),
+            "errors": dict(sorted(self.errors.items())),
+            "detections_per_frame": dict(self.detections),
+            "out_of_order": self.out_of_order,
+            "eos": sorted(self.eos),
+            "latency_ms": self.latency_percentiles_ms(),
+        }
+
+    def _check_order(self, source: str, seq: int) -> None:
+        last = self._max_seq.get(source)
+        if last is not None and seq <= last:
+            self.out_of_order += 1
+        else:
+            self._max_seq[source] = seq
+
+
+def result_line(result: dict[str, Any]) -> str:
+    """One compact line: source, seq, faces (or the error reason) and total latency (ms).
+
+    E.g. ``carphone seq=12 faces=1 latency=8.3ms``, ``carphone seq=13 error=decode_failed
+    latency=0.4ms`` or ``carphone seq=119 eos``.
+    """
+    head = f"{result.get('source')} seq={result.get('seq')}"
+    if result.get("eos") is True:
+        return f"{head} eos"
+    error = result.get("error")
+    outcome = (
+        f"error={error.get('reason')}" if error else f"faces={len(result.get('detections') or [])}"
+    )
+    latency = (result.get("latency_ms") or {}).get("total")
+    return f"{head} {outcome} latency={latency}ms"
+
+
+def draw_result(image: np.ndarray, result: dict[str, Any]) -> None:
+    """Draw a result onto its frame, in place.
+
+    Each detection's ``box`` ``[x, y, w, h]`` (pixels of the decoded image) becomes a green
+    rectangle labelled with its ``score``, and each of its ``keypoints`` ``[x, y]`` (pixels)
+    a red dot; an error result writes its reason in the top-left corner.
+
+    Args:
+        image: the frame the result is for, BGR uint8 of shape (height, width, 3).
+        result: a result dict.
+    """
+    thickness = max(1, image.shape[0] // 360)
+    if result.get("error"):
+        reason = str(result["error"].get("reason", "error"))
+        cv2.putText(image, reason, (4, 16), _FONT, 0.5, _RED, thickness)
+        return
+    for detection in result.get("detections") or []:
+        _draw_detection(image, detection, thickness)
+
+
+def _draw_detection(image: np.ndarray, detection: dict[str, Any], thickness: int) -> None:
+    x, y, w, h = (round(v) for v in detection["box"])
+    cv2.rectangle(image, (x, y), (x + w, y + h), _GREEN, thickness)
+    label = f"{detection.get('score', 0.0):.2f}"
+    cv2.putText(image, label, (x, max(y - 4, 12)), _FONT, 0.4 * thickness, _GREEN, thickness)
+    for px, py in detection.get("keypoints") or []:
+        cv2.circle(image, (round(px), round(py)), thickness + 1, _RED, -1)
+
+
+class Annotator:
+    """Draws results onto the video a producer sent and writes an annotated copy.
+
+    Frame *i* of ``video`` is the frame sent with seq *i* (one pass from the start, as
+    ``produce(video)`` sends it). Results may arrive in any order: each is buffered until
+    every earlier frame is written. Not thread-safe.
+
+    Args:
+        video: the video file the producer read.
+        out: the annotated video to write (mp4v fourcc, the input's fps and size).
+        source: the source whose results to draw; default the video's file stem (the
+            producer's default source id).
+
+    Raises:
+        ClientError: ``video`` cannot be read or ``out`` cannot be written.
+    """
+
+    def __init__(self, video: str | Path, out: str | Path, *, source: str | None = None) -> None:
+        self.source = source or Path(video).stem
+        self.frames_written = 0
+        self._pending: dict[int, dict[str, Any]] = {}
+        self._capture = cv2.VideoCapture(str(video))
+        if not self._capture.isOpened():
+            raise ClientError(f"cannot open video {video}")
+        self._writer = _open_writer(self._capture, Path(out))
+
+    def add(self, result: dict[str, Any]) -> None:
+        """Take one result; results of other sources, ``eos`` and repeated seqs are ignored."""
+        seq = result.get("seq")
+        if result.get("source") != self.source or result.get("eos") is True:
+            return
+        if isinstance(seq, int) and seq >= self.frames_written:
+            self._pending[seq] = result
+        while self.frames_written in self._pending:
+            if not self._write_next(self._pending.pop(self.frames_written)):
+                return
+
+    def close(self) -> int:
+        """Write the frames up to the highest seq with a result, then close both files.
+
+        Frames whose result never came are written without annotation. Idempotent.
+
+        Returns:
+            The number of frames written.
+        """
+        last = max(self._pending, default=-1)
+        while self.frames_written <= last:
+            if not self._write_next(self._pending.pop(self.frames_written, None)):
+                break
+        self._pending.clear()
+        self._writer.release()
+        self._capture.release()
+        return self.frames_written
+
+    def __enter__(self) -> Annotator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _write_next(self, result: dict[str, Any] | None) -> bool:
+        ok, frame = self._capture.read()
+        if not ok:
+            return False
+        if result is not None:
+            draw_result(frame, result)
+        self._writer.write(frame)
+        self.frames_written += 1
+        return True
+
+
+def _open_writer(capture: cv2.VideoCapture, out: Path) -> cv2.VideoWriter:
+    fps = capture.get(cv2.CAP_PROP_FPS) or 25.0
+    size = (int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)), int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+    writer = cv2.VideoWriter(str(out), cv2.VideoWriter.fourcc(*"mp4v"), fps, size)
+    if not writer.isOpened():
+        capture.release()
+        raise ClientError(f"cannot write video {out}")
+    return writer

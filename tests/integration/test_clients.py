@@ -1,0 +1,311 @@
+"""The producer and subscriber libraries against real ZMQ sockets on loopback."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+import zmq
+from zmq.utils.garbage import GarbageCollectorThread
+
+from streamer.clients import (
+    Annotator,
+    ClientError,
+    MediaInput,
+    Subscriber,
+    Summary,
+    open_input,
+    produce,
+    result_line,
+)
+from streamer.errors import AssetError
+from streamer.transport.protocol import Header, parse_header
+
+Context = zmq.Context[Any]
+Socket = zmq.Socket[Any]
+
+
+def _threads() -> set[threading.Thread]:
+    """Live threads, less pyzmq's process-wide zero-copy garbage collector (started once)."""
+    return {t for t in threading.enumerate() if not isinstance(t, GarbageCollectorThread)}
+
+
+@pytest.fixture
+def context() -> Iterator[Context]:
+    """A private ZMQ context; the test fails if it leaves a socket open or a thread running."""
+    threads = _threads()
+    ctx: Context = zmq.Context()
+    yield ctx
+    terminator = threading.Thread(target=ctx.term, name="zmq-term")
+    terminator.start()
+    terminator.join(timeout=5)
+    if terminator.is_alive():
+        ctx.destroy(linger=0)
+        terminator.join()
+        pytest.fail("a socket was left open")
+    assert _threads() == threads
+
+
+@pytest.fixture
+def sockets(context: Context) -> Iterator[list[Socket]]:
+    """The sockets a test opens itself, closed with linger=0 at teardown."""
+    opened: list[Socket] = []
+    yield opened
+    for socket in opened:
+        socket.close(linger=0)
+
+
+def _bind(context: Context, kind: int, opened: list[Socket]) -> tuple[Socket, str]:
+    """A socket bound to a random loopback port, and its endpoint."""
+    socket = context.socket(kind)
+    opened.append(socket)
+    socket.bind("tcp://127.0.0.1:*")
+    return socket, socket.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+# --- producer ----------------------------------------------------------------------------
+
+
+def _drain(pull: Socket) -> list[tuple[Header, list[bytes]]]:
+    """Every message up to and including end-of-stream, as (parsed header, raw parts)."""
+    messages = []
+    while pull.poll(5000):
+        parts = pull.recv_multipart()
+        header = parse_header(parts[0])
+        messages.append((header, parts))
+        if header.eos:
+            return messages
+    pytest.fail("no end-of-stream within 5 s")
+
+
+def _decode(header: Header, payload: bytes) -> np.ndarray:
+    if header.encoding == "raw":
+        array = np.frombuffer(payload, np.dtype(header.fields["dtype"]))
+        return array.reshape(header.fields["shape"])
+    image = cv2.imdecode(np.frombuffer(payload, np.uint8), cv2.IMREAD_COLOR)
+    assert image is not None
+    return image
+
+
+@pytest.mark.parametrize("encoding", ["jpeg", "png", "raw"])
+def test_producer_sends_valid_frames_then_eos(
+    context: Context,
+    sockets: list[Socket],
+    carphone_frames: list[np.ndarray],
+    encoding: str,
+) -> None:
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    before = time.time()
+    stats = produce(
+        "carphone.mp4", endpoint, limit=5, encoding=encoding, meta={"k": 1}, context=context
+    )
+    *frames, (eos, eos_parts) = _drain(pull)
+
+    assert [header.seq for header, _ in frames] == [0, 1, 2, 3, 4]
+    assert (eos.source, eos.seq, len(eos_parts)) == ("carphone", 4, 1)
+    assert stats.frames == 5
+    assert stats.bytes_sent == sum(len(part) for _, parts in frames for part in parts)
+    for (header, (_, payload)), original in zip(frames, carphone_frames[:5], strict=True):
+        assert (header.source, header.encoding, header.meta) == ("carphone", encoding, {"k": 1})
+        assert header.ts is not None and before <= header.ts <= time.time()
+        image = _decode(header, payload)
+        assert image.shape == original.shape
+        if encoding != "jpeg":
+            np.testing.assert_array_equal(image, original)
+
+
+def test_producer_paces_frames_and_repeats_an_image(
+    context: Context, sockets: list[Socket], astronaut: np.ndarray
+) -> None:
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    started = time.monotonic()
+    stats = produce("astronaut.png", endpoint, fps=50, loop=10, source="still", context=context)
+    elapsed = time.monotonic() - started
+    *frames, _ = _drain(pull)
+
+    assert stats.frames == len(frames) == 10
+    assert elapsed >= 0.15 and stats.seconds >= 0.15
+    assert {header.source for header, _ in frames} == {"still"}
+    header, parts = frames[-1]
+    assert _decode(header, parts[1]).shape == astronaut.shape
+
+
+def test_producer_loops_over_a_folder_in_name_order(
+    context: Context, sockets: list[Socket], tmp_path: Path, astronaut: np.ndarray
+) -> None:
+    for name, side in [("b.png", 20), ("a.jpg", 10), ("c.PNG", 30)]:
+        cv2.imwrite(str(tmp_path / name), astronaut[:side, :side])
+    (tmp_path / "notes.txt").write_text("not an image")
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    stats = produce(tmp_path, endpoint, loop=2, limit=5, encoding="png", context=context)
+    *frames, (eos, _) = _drain(pull)
+
+    sizes = [_decode(header, parts[1]).shape[0] for header, parts in frames]
+    assert sizes == [10, 20, 30, 10, 20]
+    assert stats.frames == 5 and eos.seq == 4 and eos.source == tmp_path.name
+
+
+def test_producer_without_a_daemon_fails_clearly(context: Context, sockets: list[Socket]) -> None:
+    _, endpoint = _bind(context, zmq.PULL, sockets)
+    sockets.pop().close(linger=0)  # the port is now free and nothing listens there
+    started = time.monotonic()
+    with pytest.raises(ClientError, match="no daemon took a message"):
+        produce("astronaut.png", endpoint, send_timeout_s=0.2, context=context)
+    assert time.monotonic() - started < 3
+
+
+def test_open_input_resolves_every_kind(tmp_path: Path, assets: dict[str, Path]) -> None:
+    video = open_input("carphone.mp4")
+    assert video == MediaInput("video", path=assets["carphone.mp4"])
+    assert (video.name, video.frame_count()) == ("carphone", 120)
+    assert open_input(assets["chelsea.png"]).kind == "image"
+    assert open_input(tmp_path) == MediaInput("folder", path=tmp_path)
+    assert open_input("0") == open_input(0) == MediaInput("camera", camera=0)
+    assert open_input(0).name == "camera0"
+    with pytest.raises(AssetError, match="unknown media"):
+        open_input("no-such-input.mp4")
+
+
+# --- subscriber ---------------------------------------------------------------------------
+
+
+def _result(source: str, seq: int, *, faces: int = 1, total_ms: float = 5.0) -> list[bytes]:
+    detections = [{"box": [40, 30, 50, 60], "score": 0.9, "keypoints": [[60, 50]]}] * faces
+    body = {"v": 1, "source": source, "seq": seq, "latency_ms": {"total": total_ms}}
+    body.update(detections=detections, error=None)
+    return [source.encode(), json.dumps(body).encode()]
+
+
+def _error(source: str, seq: int, reason: str) -> list[bytes]:
+    body = {"v": 1, "source": source, "seq": seq, "latency_ms": {"total": 1.0}}
+    body["error"] = {"reason": reason, "detail": "test"}
+    return [source.encode(), json.dumps(body).encode()]
+
+
+def _eos(source: str, seq: int) -> list[bytes]:
+    return [
+        source.encode(),
+        json.dumps({"v": 1, "source": source, "seq": seq, "eos": True}).encode(),
+    ]
+
+
+def _await_subscriptions(xpub: Socket, topics: set[bytes]) -> None:
+    """Sync handshake: wait until the subscriber's subscriptions reached the publisher."""
+    while topics:
+        assert xpub.poll(5000), f"subscriptions {topics} never arrived"
+        message = xpub.recv()
+        if message[:1] == b"\x01":
+            topics.discard(message[1:])
+
+
+def test_subscriber_stops_on_eos_and_summarises(context: Context, sockets: list[Socket]) -> None:
+    xpub, endpoint = _bind(context, zmq.XPUB, sockets)
+    with Subscriber(endpoint, sources=["a", "b"], context=context) as subscriber:
+        _await_subscriptions(xpub, {b"a", b"b"})
+        messages = [
+            _result("a", 0, faces=0, total_ms=10),
+            _result("ab", 0),  # matches the "a" prefix subscription, not the source
+            _result("a", 2, faces=2, total_ms=20),
+            _result("b", 0, faces=1, total_ms=30),
+            _result("a", 1, faces=1, total_ms=40),
+            _error("b", 1, "decode_failed"),
+            _eos("a", 2),
+            [b"b", b"not json"],
+            _eos("b", 1),
+            _result("a", 9),  # after the last expected eos: not read
+        ]
+        for message in messages:
+            xpub.send_multipart(message)
+        results = list(subscriber.results(expect_eos=["a", "b"], idle_timeout_s=5))
+        skipped = subscriber.skipped
+
+    summary = Summary()
+    for result in results:
+        summary.add(result)
+    assert [(r["source"], r["seq"], r.get("eos", False)) for r in results] == [
+        ("a", 0, False),
+        ("a", 2, False),
+        ("b", 0, False),
+        ("a", 1, False),
+        ("b", 1, False),
+        ("a", 2, True),
+        ("b", 1, True),
+    ]
+    assert skipped == 2  # the prefix match and the malformed message
+    assert summary.as_dict() == {
+        "results": 5,
+        "per_source": {"a": 3, "b": 2},
+        "errors": {"decode_failed": 1},
+        "detections_per_frame": {"0": 1, "1": 2, "2+": 1},
+        "out_of_order": 1,
+        "eos": ["a", "b"],
+        "latency_ms": {"p50": 20.0, "p95": 38.0, "p99": 39.6},
+    }
+
+
+def test_subscriber_stops_after_count_or_idle_timeout(
+    context: Context, sockets: list[Socket]
+) -> None:
+    xpub, endpoint = _bind(context, zmq.XPUB, sockets)
+    with Subscriber(endpoint, context=context) as subscriber:
+        _await_subscriptions(xpub, {b""})
+        for seq in range(5):
+            xpub.send_multipart(_result("cam", seq))
+        counted = [r["seq"] for r in subscriber.results(count=3, idle_timeout_s=5)]
+        rest = [r["seq"] for r in subscriber.results(idle_timeout_s=0.2)]
+        started = time.monotonic()
+        assert list(subscriber.results(idle_timeout_s=0.2)) == []
+        assert 0.15 <= time.monotonic() - started < 3
+    assert (counted, rest) == ([0, 1, 2], [3, 4])
+    assert Summary().as_dict()["latency_ms"] == {"p50": None, "p95": None, "p99": None}
+
+
+def test_result_line_is_one_compact_line() -> None:
+    lines = [
+        result_line(json.loads(message[1]))
+        for message in (_result("cam", 3, faces=2, total_ms=7.5), _error("cam", 4, "too_large"))
+    ]
+    assert lines == ["cam seq=3 faces=2 latency=7.5ms", "cam seq=4 error=too_large latency=1.0ms"]
+    assert result_line(json.loads(_eos("cam", 4)[1])) == "cam seq=4 eos"
+
+
+def test_annotator_writes_every_frame_in_seq_order(
+    tmp_path: Path, assets: dict[str, Path], carphone_frames: list[np.ndarray]
+) -> None:
+    out = tmp_path / "annotated.mp4"
+    order = list(range(len(carphone_frames)))
+    random.Random(7).shuffle(order)
+    with Annotator(assets["carphone.mp4"], out) as annotator:
+        for seq in order:
+            annotator.add(json.loads(_result("carphone", seq)[1]))
+        annotator.add(json.loads(_result("other", 0)[1]))
+        annotator.add(json.loads(_eos("carphone", 119)[1]))
+    assert annotator.frames_written == 120
+
+    capture = cv2.VideoCapture(str(out))
+    written = []
+    while (frame := capture.read()[1]) is not None:
+        written.append(frame)
+    capture.release()
+    assert len(written) == 120
+    assert written[0].shape == carphone_frames[0].shape
+    box_edge = (slice(29, 32), slice(40, 90))  # around the top side of every box (y = 30)
+    greenish = written[60][box_edge].astype(int)
+    assert (greenish[..., 1] - greenish[..., 2]).mean() > 30
+
+
+def test_annotator_fills_frames_without_results(tmp_path: Path, assets: dict[str, Path]) -> None:
+    out = tmp_path / "partial.mp4"
+    annotator = Annotator(assets["carphone.mp4"], out, source="cam")
+    annotator.add(json.loads(_result("cam", 9)[1]))
+    annotator.add(json.loads(_error("cam", 4, "decode_failed")[1]))
+    assert annotator.frames_written == 0
+    assert annotator.close() == annotator.close() == 10

@@ -1,0 +1,106 @@
+"""Send frames from a video, an image folder, an image or a camera to a streamer daemon.
+
+Usage::
+
+    python tools/produce.py carphone.mp4 --fps 30
+    python tools/produce.py ./frames --encoding raw --endpoint tcp://10.0.0.5:5555
+    python tools/produce.py astronaut.png --loop 100 --source still
+    python tools/produce.py 0 --source door-cam       # camera 0 until Ctrl-C
+"""
+
+from __future__ import annotations
+
+import click
+from tqdm import tqdm
+
+from streamer.clients import DEFAULT_PRODUCER_ENDPOINT, MediaInput, open_input, produce
+from streamer.errors import StreamerError
+from streamer.transport.protocol import ENCODINGS
+
+
+@click.command()
+@click.argument("input_spec", metavar="INPUT")
+@click.option(
+    "--endpoint",
+    default=DEFAULT_PRODUCER_ENDPOINT,
+    show_default=True,
+    help="The daemon's PULL ingress.",
+)
+@click.option("--source", help="Source id.  [default: the input's file stem]")
+@click.option(
+    "--fps",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Frames per second; 0 sends as fast as possible.",
+)
+@click.option("--limit", type=click.IntRange(min=0), help="Stop after this many frames.")
+@click.option(
+    "--loop",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Passes over the input, 0 for endless; a single image is sent N times.",
+)
+@click.option("--encoding", type=click.Choice(ENCODINGS), default="jpeg", show_default=True)
+@click.option(
+    "--quality", type=click.IntRange(0, 100), default=90, show_default=True, help="JPEG quality."
+)
+@click.option(
+    "--send-timeout",
+    "send_timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the daemon to take a frame before giving up.",
+)
+@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+def main(
+    input_spec: str,
+    endpoint: str,
+    source: str | None,
+    fps: float,
+    limit: int | None,
+    loop: int,
+    encoding: str,
+    quality: int,
+    send_timeout_s: float,
+    no_progress: bool,
+) -> None:
+    """Send the frames of INPUT (a video, an image folder, an image, a fetched media name
+    such as carphone.mp4, or a camera index) to a streamer daemon, then end-of-stream."""
+    try:
+        media = open_input(input_spec)
+        source = source or media.name
+        total = _expected_frames(media, loop, limit)
+        with tqdm(total=total, unit="frame", disable=no_progress) as bar:
+            stats = produce(
+                media,
+                endpoint,
+                source=source,
+                fps=fps,
+                limit=limit,
+                loop=loop,
+                encoding=encoding,
+                quality=quality,
+                send_timeout_s=send_timeout_s,
+                on_sent=lambda _size: bar.update(),
+            )
+    except StreamerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"sent {stats.frames} frames ({stats.bytes_sent / 1e6:.2f} MB) as {source!r} "
+        f"to {endpoint} in {stats.seconds:.2f} s ({stats.fps:.1f} fps)"
+    )
+
+
+def _expected_frames(media: MediaInput, loop: int, limit: int | None) -> int | None:
+    """Frames the run will send, for the progress bar; None when unknown or endless."""
+    count = media.frame_count()
+    if count is None or loop == 0:
+        return limit
+    return count * loop if limit is None else min(limit, count * loop)
+
+
+if __name__ == "__main__":
+    main()
