@@ -25,6 +25,8 @@ __all__ = [
 
 BACKENDS: dict[str, str] = {
     "onnxruntime": "streamer.runtime.onnx:OnnxBackend",
+    "acl": "streamer.runtime.acl.backend:AclBackend",
+    "acl-sim": "streamer.runtime.acl.sim.backend:AclSimBackend",
 }
 """Backend name → ``module:Class``; the class is built as ``Class(runtime_config)``."""
 

@@ -1,0 +1,28 @@
+"""The pyACL backend: Ascend NPUs behind the queue-bound model contract (DESIGN.md §4).
+
+Module map::
+
+    backend.py        AclBackend: options, runtime, mode choice, model loading
+    device.py         acl.init / set_device / context / stream / run mode, and teardown
+    options.py        [runtime.options] validation (pydantic, unknown keys rejected)
+    constants.py      ACL numbers (pyACL exports none); errors.py: codes → AclError
+    teardown.py       reverse-order release on every exit path
+    pool.py           secondary allocation from large acl.rt.malloc blocks
+    allocators.py     device / host blocks; transfer.py: copies by run mode
+    loaded.py         model id + description; description.py: → ModelInfo
+    dataset.py        aclmdlDataset + aclDataBuffer
+    tdt.py            tdt queue C API through ctypes; withq.py: aclmdlLoadFromFileWithQ
+    report.py         the process_report callback thread (async mode)
+    model_base.py     what the modes share; model_queue.py / model_async.py / model_sync.py
+    sim/              the API-faithful simulator behind backend = "acl-sim"
+
+Nothing here imports ``acl`` at import time: :func:`~streamer.runtime.acl.backend.import_acl`
+does, when the ``acl`` backend is opened.
+"""
+
+from __future__ import annotations
+
+from streamer.runtime.acl.backend import AclBackend
+from streamer.runtime.acl.errors import AclError
+
+__all__ = ["AclBackend", "AclError"]

@@ -1,0 +1,311 @@
+"""The pyACL backend (``backend = "acl"``): models on Ascend NPUs behind the queue contract.
+
+Construction opens the runtime (``acl.init``, then each configured device: context, stream,
+run mode); :meth:`AclBackend.load` loads a model in the device's context and returns one of
+three executors:
+
+``queue``   tdt queues + ``aclmdlLoadFromFileWithQ`` (static shapes only)
+``async``   ``execute_async`` + stream callbacks (any model; needed for dynamic gears)
+``sync``    ``execute`` in the enqueue thread (debugging)
+
+``mode = "auto"`` picks ``queue`` for a static-shape model when queue mode is available (the
+tdt library loads and WithQ loading exists), else ``async``; it also falls back to ``async`` if
+the WithQ load is refused as unsupported (OM2 files, chips without queue mode). The ``acl``
+module and the two C libraries can be injected (the simulator does); by default ``acl`` is
+imported lazily and the libraries are opened with ctypes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import structlog
+
+from streamer.config import RuntimeConfig
+from streamer.errors import BackendError, ModelError
+from streamer.runtime.acl.constants import AclCode
+from streamer.runtime.acl.description import ModelDescription
+from streamer.runtime.acl.device import AclRuntime, DeviceContext
+from streamer.runtime.acl.errors import AclError
+from streamer.runtime.acl.loaded import LoadedModel, load_model, load_plain
+from streamer.runtime.acl.model_async import AsyncModel
+from streamer.runtime.acl.model_base import AclModel
+from streamer.runtime.acl.model_queue import QueueModeModel
+from streamer.runtime.acl.model_sync import SyncModel
+from streamer.runtime.acl.options import (
+    AclOptions,
+    ModelOptions,
+    parse_model_options,
+    parse_options,
+)
+from streamer.runtime.acl.tdt import TdtQueueApi, create_model_queues
+from streamer.runtime.acl.teardown import Teardown
+from streamer.runtime.acl.withq import WithQLoader
+from streamer.runtime.base import Backend, ModelSpec
+
+__all__ = ["AclBackend", "import_acl"]
+
+_log = structlog.get_logger(__name__)
+
+_UNSUPPORTED = frozenset(
+    {
+        AclCode.ERROR_API_NOT_SUPPORT,
+        AclCode.ERROR_FEATURE_UNSUPPORTED,
+        AclCode.ERROR_RT_FEATURE_NOT_SUPPORT,
+    }
+)
+"""WithQ load failures that mean "not on this file or chip": auto mode falls back to async."""
+
+_MISSING_ACL = (
+    'runtime.backend = "acl" needs pyACL (the `acl` module of the CANN toolkit), which cannot '
+    "be imported: {detail}. Install the CANN toolkit and load its environment with "
+    "`source /usr/local/Ascend/ascend-toolkit/set_env.sh` before starting streamer. "
+    'Without an NPU, use runtime.backend = "acl-sim", which runs the same backend code '
+    "against a simulator."
+)
+
+
+def import_acl() -> Any:
+    """``import acl`` (pyACL).
+
+    Raises:
+        BackendError: pyACL is not importable; the message says what to install or source,
+            and that ``acl-sim`` exists.
+    """
+    try:
+        return importlib.import_module("acl")
+    except ImportError as exc:
+        raise BackendError(_MISSING_ACL.format(detail=exc)) from exc
+
+
+class AclBackend(Backend):
+    """Ascend NPUs through pyACL.
+
+    Args:
+        config: ``[runtime]``: ``devices`` to open, ``options`` (see
+            :mod:`streamer.runtime.acl.options`).
+        acl: the pyACL module; default ``import acl``.
+        tdt_library: the tdt queue library; default ``ctypes.CDLL(options.tdt_library)``.
+        acl_library: the ACL library for ``aclmdlLoadFromFileWithQ`` when pyACL lacks it;
+            default ``ctypes.CDLL(options.acl_library)``.
+
+    Raises:
+        ConfigError: ``runtime.options`` is invalid.
+        BackendError: pyACL is missing, or a start-up call failed (``AclError``); whatever
+            was opened before the failure is released first.
+    """
+
+    name = "acl"
+    _simulated = False
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        *,
+        acl: Any | None = None,
+        tdt_library: Any | None = None,
+        acl_library: Any | None = None,
+    ) -> None:
+        self.options: AclOptions = parse_options(config.options, simulated=self._simulated)
+        self._acl = acl if acl is not None else import_acl()
+        self._tdt = (
+            TdtQueueApi(tdt_library)
+            if tdt_library is not None
+            else TdtQueueApi.load(self.options.tdt_library)
+        )
+        self._withq = (
+            WithQLoader(self._acl, acl_library)
+            if acl_library is not None
+            else WithQLoader.open_library(self._acl, self.options.acl_library)
+        )
+        self._models: set[AclModel] = set()
+        self._lock = threading.Lock()
+        self._runtime = AclRuntime(self._acl, config.devices, self.options.acl_config_path)
+
+    @property
+    def queue_mode_available(self) -> bool:
+        """Whether tdt queues and WithQ loading are both reachable."""
+        return self._tdt is not None and self._withq.available
+
+    def load(self, spec: ModelSpec) -> AclModel:
+        """Load ``spec.path`` on ``spec.device`` in the mode ``spec.mode`` resolves to.
+
+        Raises:
+            ConfigError: ``spec.options`` is invalid.
+            ModelError: unknown device, unloadable file, gears that do not fit, or a mode
+                the model cannot run in (the message says why).
+            AclError: the runtime failed; everything acquired is released first.
+        """
+        options = parse_model_options(self.options, spec.options, spec.name)
+        device = self._device(spec)
+        device.activate()
+        probe = Teardown()
+        with probe.on_error():
+            loaded = self._load_plain(spec, probe)
+            mode = self._choose_mode(spec, loaded.description)
+            if mode == "queue":
+                probe.close()
+                counts = len(loaded.description.input_sizes), len(loaded.description.output_sizes)
+                model = self._load_queue(spec, device, options, counts)
+                if model is not None:
+                    return self._register(model)
+                loaded = self._load_plain(spec, probe)
+                mode = "async"
+            return self._register(self._build(mode, spec, device, options, loaded, probe))
+
+    def close(self) -> None:
+        """Close any model still open, then release the devices and finalize. Idempotent.
+
+        Raises:
+            AclError: a release failed (every release is still attempted).
+        """
+        with self._lock:
+            models = list(self._models)
+        failures: list[AclError] = []
+        for model in models:
+            _log.warning("acl_model_left_open", model=model.info.name)
+            try:
+                model.close()
+            except AclError as err:
+                failures.append(err)
+        self._runtime.close()
+        if failures:
+            raise failures[0]
+
+    def _device(self, spec: ModelSpec) -> DeviceContext:
+        device = self._runtime.devices.get(spec.device)
+        if device is None:
+            raise ModelError(
+                f"model {spec.name!r}: device {spec.device} is not in runtime.devices "
+                f"{sorted(self._runtime.devices)}"
+            )
+        return device
+
+    def _load_plain(self, spec: ModelSpec, teardown: Teardown) -> LoadedModel:
+        def load() -> int:
+            try:
+                return load_plain(self._acl, str(spec.path))
+            except AclError as exc:
+                raise ModelError(f"model {spec.name!r}: cannot load {spec.path}: {exc}") from exc
+
+        return _fit(spec, load_model(self._acl, spec.name, load, teardown))
+
+    def _choose_mode(self, spec: ModelSpec, description: ModelDescription) -> str:
+        if spec.mode == "queue":
+            if not description.static:
+                raise ModelError(
+                    f"model {spec.name!r}: mode 'queue' needs a static-shape model, but it has "
+                    f"batch gears {list(description.info.batch_gears)} and input shapes "
+                    f"{[list(t.shape) for t in description.info.inputs]}; ACL queue mode "
+                    "(aclmdlLoadFromFileWithQ) accepts fixed shapes only. Use mode 'async', "
+                    "or convert the model with a fixed ATC --input_shape."
+                )
+            if not self.queue_mode_available:
+                raise ModelError(
+                    f"model {spec.name!r}: mode 'queue' is unavailable: "
+                    f"{self.options.tdt_library} or aclmdlLoadFromFileWithQ is missing"
+                )
+            return "queue"
+        if spec.mode == "auto":
+            return "queue" if description.static and self.queue_mode_available else "async"
+        return spec.mode
+
+    def _load_queue(
+        self,
+        spec: ModelSpec,
+        device: DeviceContext,
+        options: ModelOptions,
+        counts: tuple[int, int],
+    ) -> AclModel | None:
+        """The queue-mode model (``counts``: its inputs and outputs), or None when auto mode
+        must fall back to async."""
+        assert self._tdt is not None
+        tdt = self._tdt
+        teardown = Teardown()
+        try:
+            with teardown.on_error():
+                queues = create_model_queues(tdt, spec.name, options.queue_depth, *counts, teardown)
+                loaded = load_model(
+                    self._acl,
+                    spec.name,
+                    lambda: self._withq.load(str(spec.path), *queues),
+                    teardown,
+                )
+                return QueueModeModel(
+                    self._acl,
+                    device,
+                    loaded,
+                    options,
+                    teardown,
+                    self._forget,
+                    spec.max_in_flight,
+                    tdt,
+                    queues,
+                )
+        except AclError as exc:
+            if exc.code not in _UNSUPPORTED:
+                raise
+            if spec.mode != "auto":
+                raise ModelError(
+                    f"model {spec.name!r}: mode 'queue' refused by the runtime ({exc}): an OM2 "
+                    "file, or a chip without queue mode; use mode 'async'"
+                ) from exc
+            _log.warning("acl_queue_mode_refused", model=spec.name, detail=str(exc))
+            return None
+
+    def _build(
+        self,
+        mode: str,
+        spec: ModelSpec,
+        device: DeviceContext,
+        options: ModelOptions,
+        loaded: LoadedModel,
+        teardown: Teardown,
+    ) -> AclModel:
+        kind: Callable[..., AclModel] = AsyncModel if mode == "async" else SyncModel
+        return kind(self._acl, device, loaded, options, teardown, self._forget, spec.max_in_flight)
+
+    def _register(self, model: AclModel) -> AclModel:
+        with self._lock:
+            self._models.add(model)
+        _log.info(
+            "acl_model_loaded",
+            model=model.info.name,
+            mode=model.mode,
+            device=model.device_id,
+            batch_gears=list(model.info.batch_gears),
+        )
+        return model
+
+    def _forget(self, model: AclModel) -> None:
+        with self._lock:
+            self._models.discard(model)
+
+
+def _fit(spec: ModelSpec, loaded: LoadedModel) -> LoadedModel:
+    """Check the model against ``spec``; narrow its batch gears to the configured ones.
+
+    Raises:
+        ModelError: dynamic resolution / dims gears, or configured gears the model lacks.
+    """
+    info = loaded.description.info
+    if info.hw_gears or info.dims_gears:
+        raise ModelError(
+            f"model {spec.name!r}: dynamic image size {list(info.hw_gears)} / dynamic dims "
+            f"{list(info.dims_gears)} gears are not supported by streamer's ACL backend; "
+            "convert with ATC --dynamic_batch_size or a fixed --input_shape"
+        )
+    if not spec.batch_gears or not info.batch_gears:
+        return loaded
+    extra = set(spec.batch_gears) - set(info.batch_gears)
+    if extra:
+        raise ModelError(
+            f"model {spec.name!r}: configured batch gears {sorted(extra)} are not among the "
+            f"model's gears {list(info.batch_gears)}"
+        )
+    narrowed = replace(info, batch_gears=tuple(sorted(spec.batch_gears)))
+    return replace(loaded, description=replace(loaded.description, info=narrowed))

@@ -1,0 +1,146 @@
+"""Async mode: ``execute_async`` on the replica's stream, finished by stream callbacks.
+
+(SAM ``…/resnet50_async_imagenet_classification/src/acl_net.py``; seeds, async inference
+page.) The enqueue thread submits ``acl.mdl.execute_async`` and, every ``callback_interval``
+batches, ``acl.rt.launch_callback(fn, batches, ACL_CALLBACK_BLOCK, stream)``; the callback runs
+on the stream's report thread and marks those batches finished for the dequeue thread (it never
+raises: an error is recorded and re-raised by ``dequeue``). ``execute_async`` returning is
+"submitted" only: outputs are valid after the callback, or after ``synchronize_stream`` (S12).
+
+Batches not covered by a callback yet (the interval is not full) are finished by the dequeue
+thread once the oldest has waited ``callback_flush_ms``: it synchronises the stream with a
+timeout, which also drains every earlier callback (they block the stream), so order is kept.
+Close: ``synchronize_stream`` → ``unsubscribe_report`` → stop and join the callback thread →
+release batches and memory → unload.
+
+One model id runs on one stream only (S13): each async model has its own stream.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from streamer.errors import BackendError
+from streamer.runtime.acl.constants import AclCode, CallbackBlock
+from streamer.runtime.acl.device import DeviceContext
+from streamer.runtime.acl.errors import AclError, check_ret, code_name
+from streamer.runtime.acl.loaded import LoadedModel
+from streamer.runtime.acl.model_base import AclModel, inference_error
+from streamer.runtime.acl.model_dataset import Batch, DatasetModel
+from streamer.runtime.acl.options import ModelOptions
+from streamer.runtime.acl.report import ReportThread
+from streamer.runtime.acl.teardown import Teardown
+
+__all__ = ["AsyncModel"]
+
+_log = structlog.get_logger(__name__)
+
+
+class AsyncModel(DatasetModel):
+    """Submits with ``execute_async``; a callback thread reports finished batches.
+
+    Args:
+        acl, device, loaded, options, teardown, on_close, max_in_flight: as
+            :class:`~streamer.runtime.acl.model_dataset.DatasetModel`.
+
+    Raises:
+        AclError: the stream or the callback thread could not be set up.
+    """
+
+    mode = "async"
+
+    def __init__(
+        self,
+        acl: Any,
+        device: DeviceContext,
+        loaded: LoadedModel,
+        options: ModelOptions,
+        teardown: Teardown,
+        on_close: Callable[[AclModel], None],
+        max_in_flight: int,
+    ) -> None:
+        super().__init__(acl, device, loaded, options, teardown, on_close, max_in_flight)
+        self._stream = device.take_stream(teardown)
+        self._report = ReportThread(
+            acl,
+            f"acl-report-{self.info.name}",
+            device.context,
+            self._stream,
+            options.report_timeout_ms,
+            teardown,
+        )
+        self._submit_lock = threading.Lock()
+        self._uncovered: list[Batch] = []
+        self._callback_error: BaseException | None = None
+
+    def _submit(self, batch: Batch) -> None:
+        with self._submit_lock:
+            ret = self._acl.mdl.execute_async(
+                self._loaded.model_id, batch.input_dataset, batch.output_dataset, self._stream
+            )
+            if ret:
+                error = AclError(ret, code_name(ret), "acl.mdl.execute_async")
+                batch.fail(inference_error(str(error)))
+                self._push(batch)
+                return
+            self._push(batch)
+            self._uncovered.append(batch)
+            if len(self._uncovered) >= self._options.callback_interval:
+                self._launch_callback()
+
+    def _launch_callback(self) -> None:
+        batches, self._uncovered = self._uncovered, []
+        for batch in batches:
+            batch.covered = True
+        ret = self._acl.rt.launch_callback(
+            self._on_callback, batches, CallbackBlock.BLOCK, self._stream
+        )
+        check_ret(ret, "acl.rt.launch_callback")
+
+    def _on_callback(self, batches: Sequence[Batch]) -> None:
+        """Runs on the report thread; never raises."""
+        try:
+            self._finish(batches)
+        except BaseException as exc:  # noqa: BLE001 - an ACL callback must not raise
+            self._callback_error = exc
+
+    def _flush_due(self, head: Batch) -> bool:
+        if head.done or head.covered:
+            return False
+        waited_ms = (time.monotonic_ns() - head.start_ns) / 1e6
+        return waited_ms >= self._options.callback_flush_ms
+
+    def _flush(self, timeout_ms: int) -> None:
+        with self._submit_lock:
+            batches, self._uncovered = self._uncovered, []
+            for batch in batches:
+                batch.covered = True
+        ret = self._acl.rt.synchronize_stream_with_timeout(self._stream, timeout_ms)
+        if ret == AclCode.ERROR_RT_STREAM_SYNC_TIMEOUT:
+            with self._submit_lock:
+                for batch in batches:
+                    batch.covered = False
+                self._uncovered[:0] = batches
+            return
+        check_ret(ret, "acl.rt.synchronize_stream_with_timeout")
+        self._finish(batches)
+
+    def _check_health(self) -> None:
+        error = self._callback_error or self._report.error
+        if error is not None:
+            raise BackendError(f"model {self.info.name!r}: callback thread failed: {error}")
+
+    def _stop(self) -> None:
+        ret = self._acl.rt.synchronize_stream_with_timeout(
+            self._stream, self._options.result_timeout_ms
+        )
+        if ret:
+            _log.error(
+                "acl_stream_sync_failed", model=self.info.name, code=ret, name=code_name(ret)
+            )
+        self._release_in_flight()

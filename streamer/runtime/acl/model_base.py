@@ -1,0 +1,126 @@
+"""What the three ACL execution modes share: context, loaded model, batch checks, close.
+
+Thread rules (DESIGN.md §2, §4): one enqueue thread and one dequeue thread per model, each
+calling :meth:`AclModel.attach_thread` first, which makes the model's context current
+(``acl.rt.set_context``: every thread that touches ACL needs a context). :meth:`close` runs in
+the thread that loaded the model, after both have stopped.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import structlog
+
+from streamer.errors import FrameError, Reason
+from streamer.runtime.acl.device import DeviceContext
+from streamer.runtime.acl.loaded import LoadedModel
+from streamer.runtime.acl.options import ModelOptions
+from streamer.runtime.acl.teardown import Teardown
+from streamer.runtime.base import DYNAMIC, ModelInfo, QueueModel
+
+__all__ = ["AclModel", "batch_problem", "inference_error"]
+
+_log = structlog.get_logger(__name__)
+
+
+def inference_error(detail: str) -> FrameError:
+    """The per-batch error of a failed execution (reason ``inference_failed``)."""
+    return FrameError(Reason.INFERENCE_FAILED, detail)
+
+
+def batch_problem(info: ModelInfo, inputs: Sequence[np.ndarray]) -> str | None:
+    """Why ``inputs`` cannot be executed as one batch of ``info``'s model, or None.
+
+    Checks the count, dtypes, dims after the batch dim, one batch size for all inputs, and that
+    the batch size is one of ``info.batch_gears`` (when it has any).
+    """
+    if len(inputs) != len(info.inputs):
+        return f"{len(inputs)} inputs for a model with {len(info.inputs)}"
+    batch = inputs[0].shape[0] if inputs[0].ndim else None
+    for array, tensor in zip(inputs, info.inputs, strict=True):
+        expected = tensor.shape
+        if array.dtype != tensor.dtype:
+            return f"input {tensor.name!r}: dtype {array.dtype}, model takes {tensor.dtype}"
+        if array.ndim != len(expected) or any(
+            e not in (DYNAMIC, a) for a, e in zip(array.shape, expected, strict=True)
+        ):
+            return f"input {tensor.name!r}: shape {array.shape}, model takes {list(expected)}"
+        if array.shape[0] != batch:
+            return f"input {tensor.name!r}: batch {array.shape[0]}, first input has {batch}"
+    if info.batch_gears and batch not in info.batch_gears:
+        return f"batch {batch} is not one of the model's gears {list(info.batch_gears)}"
+    return None
+
+
+class AclModel(QueueModel):
+    """Base of the queue, async and sync executors.
+
+    Args:
+        acl: the pyACL module.
+        device: the device the model was loaded on.
+        loaded: model id and description.
+        options: per-model options.
+        teardown: every release acquired while loading; :meth:`close` runs it.
+        on_close: called once when the model is closed (the backend forgets it).
+    """
+
+    mode: str
+
+    def __init__(
+        self,
+        acl: Any,
+        device: DeviceContext,
+        loaded: LoadedModel,
+        options: ModelOptions,
+        teardown: Teardown,
+        on_close: Callable[[AclModel], None],
+    ) -> None:
+        self.info = loaded.description.info
+        self._acl = acl
+        self._device = device
+        self._loaded = loaded
+        self._options = options
+        self._teardown = teardown
+        self._on_close = on_close
+        self._closed = threading.Event()
+        self._close_lock = threading.Lock()
+
+    @property
+    def device_id(self) -> int:
+        """The device the model runs on."""
+        return self._device.device_id
+
+    def attach_thread(self) -> None:
+        """Make the model's context current in the calling thread (``acl.rt.set_context``).
+
+        Raises:
+            AclError: ``set_context`` failed.
+        """
+        self._device.activate()
+
+    def close(self) -> None:
+        """Stop the mode's work, then release everything in reverse order. Idempotent.
+
+        Raises:
+            AclError: a release failed (every release is still attempted).
+        """
+        with self._close_lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+        try:
+            self._device.activate()
+            self._stop()
+        finally:
+            self._on_close(self)
+            self._teardown.close()
+            _log.info("acl_model_closed", model=self.info.name, mode=self.mode)
+
+    @abc.abstractmethod
+    def _stop(self) -> None:
+        """Finish or abandon the work in flight and free per-batch resources."""

@@ -1,0 +1,188 @@
+"""Queue mode: a model bound to tdt queues (``aclmdlLoadFromFileWithQ``); static shapes only.
+
+(HA ``…/appdevg/acldevg/aclcppdevg_000035.html``; seeds "队列方式模型推理".) The enqueue
+thread puts each input into its queue with ``acltdtEnqueueData`` (ACL runs the model when every
+input queue has an item: no execute call); the dequeue thread takes each output from its
+queue with ``acltdtDequeueData`` into memory allocated once per output, sized by
+``get_output_size_by_index`` (host memory under ``ACL_HOST``, device memory under
+``ACL_DEVICE``, as the official sample does). All enqueues come from one thread and all
+dequeues from one other thread (same page).
+
+Queue full / empty (or the driver's wait timeout) are backpressure: the enqueue retries every
+``queue_poll_ms`` until there is room, the dequeue returns None when ``timeout_ms`` passes.
+A tdt queue carries only bytes, so results are matched to batches by order; if the oldest
+batch gets no output within ``result_timeout_ms`` (its execution failed on the device), later
+outputs cannot be attributed and the model raises :class:`BackendError`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from streamer.errors import BackendError, FrameError
+from streamer.runtime.acl.allocators import readable_allocator
+from streamer.runtime.acl.constants import RunMode
+from streamer.runtime.acl.device import DeviceContext
+from streamer.runtime.acl.errors import QUEUE_WAIT_CODES, check_ret
+from streamer.runtime.acl.loaded import LoadedModel
+from streamer.runtime.acl.model_base import AclModel, batch_problem, inference_error
+from streamer.runtime.acl.options import ModelOptions
+from streamer.runtime.acl.pool import MemoryPool, footprint
+from streamer.runtime.acl.tdt import TdtQueueApi
+from streamer.runtime.acl.teardown import Teardown
+from streamer.runtime.acl.transfer import to_array
+from streamer.runtime.base import InferenceOutputs
+
+__all__ = ["QueueModeModel"]
+
+_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class _Ticket:
+    """The ledger entry of one enqueued batch: when, and its error if it never ran."""
+
+    start_ns: int
+    error: FrameError | None = None
+
+
+class QueueModeModel(AclModel):
+    """Feeds and drains a queue-bound model.
+
+    Args:
+        acl, device, loaded, options, teardown, on_close: as :class:`AclModel`.
+        max_in_flight: batches enqueued and not dequeued (enqueue blocks beyond).
+        tdt: the queue API.
+        queues: ``(input queue ids, output queue ids)`` the model is bound to.
+
+    Raises:
+        AclError: the output memory could not be allocated.
+    """
+
+    mode = "queue"
+
+    def __init__(
+        self,
+        acl: Any,
+        device: DeviceContext,
+        loaded: LoadedModel,
+        options: ModelOptions,
+        teardown: Teardown,
+        on_close: Callable[[AclModel], None],
+        max_in_flight: int,
+        tdt: TdtQueueApi,
+        queues: tuple[Sequence[int], Sequence[int]],
+    ) -> None:
+        super().__init__(acl, device, loaded, options, teardown, on_close)
+        self._tdt = tdt
+        self._inputs, self._outputs = queues
+        sizes = loaded.description.output_sizes
+        pool = MemoryPool(readable_allocator(acl, device.run_mode), footprint(sizes))
+        teardown.push_call(pool.close)
+        segments = pool.try_alloc(sizes)
+        assert segments is not None, "a pool sized by footprint() holds its segments"
+        self._buffers = segments
+        self._min_timeout_ms = 1 if device.run_mode == RunMode.HOST else 0
+        self._slots = threading.Semaphore(max_in_flight)
+        self._tickets: deque[_Ticket] = deque()
+        self._received: list[bytes] = []
+
+    def enqueue(self, inputs: Sequence[np.ndarray]) -> None:
+        """Put one batch into the input queues, waiting while they are full.
+
+        Raises:
+            AclError: a queue call failed with something other than full.
+            BackendError: the model was closed while waiting.
+        """
+        start_ns = time.monotonic_ns()
+        problem = batch_problem(self.info, inputs)
+        if problem is not None:
+            self._tickets.append(_Ticket(start_ns, inference_error(problem)))
+            return
+        while not self._slots.acquire(timeout=_POLL_S):
+            self._raise_if_closed()
+        for qid, array in zip(self._inputs, inputs, strict=True):
+            self._send(qid, np.ascontiguousarray(array).tobytes())
+        self._tickets.append(_Ticket(start_ns))
+
+    def dequeue(self, timeout_ms: int) -> InferenceOutputs | None:
+        """The oldest batch's outputs, or None when they did not all arrive in ``timeout_ms``.
+
+        Raises:
+            AclError: a queue call failed with something other than empty.
+            BackendError: the oldest batch got no output within ``result_timeout_ms``.
+        """
+        if self._tickets and self._tickets[0].error is not None:
+            ticket = self._tickets.popleft()
+            return InferenceOutputs(None, ticket.error, ticket.start_ns, time.monotonic_ns())
+        if not self._receive(time.monotonic() + timeout_ms / 1000):
+            return None
+        received, self._received = self._received, []
+        if not self._tickets:
+            raise BackendError(f"model {self.info.name!r}: an output arrived for no batch")
+        ticket = self._tickets.popleft()
+        self._slots.release()
+        return self._result(ticket, received)
+
+    def _send(self, qid: int, data: bytes) -> None:
+        ptr = self._acl.util.bytes_to_ptr(data)
+        while True:
+            ret = self._tdt.enqueue(qid, ptr, len(data), self._options.queue_poll_ms)
+            if ret not in QUEUE_WAIT_CODES:
+                check_ret(ret, "acltdtEnqueueData")
+                return
+            self._raise_if_closed()
+
+    def _receive(self, deadline: float) -> bool:
+        """Dequeue the outputs still missing; False when ``deadline`` passed first."""
+        while len(self._received) < len(self._outputs):
+            index = len(self._received)
+            buffer = self._buffers[index]
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            timeout_ms = max(min(remaining_ms, self._options.queue_poll_ms), self._min_timeout_ms)
+            ret, size = self._tdt.dequeue(
+                self._outputs[index], buffer.ptr, buffer.nbytes, timeout_ms
+            )
+            if ret in QUEUE_WAIT_CODES:
+                self._raise_if_lost()
+                if remaining_ms <= 0:
+                    return False
+                continue
+            check_ret(ret, "acltdtDequeueData")
+            self._received.append(self._acl.util.ptr_to_bytes(buffer.ptr, size))
+        return True
+
+    def _result(self, ticket: _Ticket, received: list[bytes]) -> InferenceOutputs:
+        end_ns = time.monotonic_ns()
+        outputs = []
+        for data, tensor in zip(received, self.info.outputs, strict=True):
+            if len(data) != tensor.nbytes():
+                detail = f"output {tensor.name!r}: {len(data)} bytes, expected {tensor.nbytes()}"
+                return InferenceOutputs(None, inference_error(detail), ticket.start_ns, end_ns)
+            outputs.append(to_array(data, tensor, tensor.shape[0]))
+        return InferenceOutputs(tuple(outputs), None, ticket.start_ns, end_ns)
+
+    def _raise_if_lost(self) -> None:
+        if not self._tickets:
+            return
+        waited_ms = (time.monotonic_ns() - self._tickets[0].start_ns) / 1e6
+        if waited_ms > self._options.result_timeout_ms:
+            raise BackendError(
+                f"model {self.info.name!r}: no output for a batch enqueued {waited_ms:.0f} ms ago; "
+                "queue mode cannot attribute later outputs (the execution failed on the device)"
+            )
+
+    def _raise_if_closed(self) -> None:
+        if self._closed.is_set():
+            raise BackendError(f"model {self.info.name!r} is closed")
+
+    def _stop(self) -> None:
+        self._tickets.clear()
+        self._received = []

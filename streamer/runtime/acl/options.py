@@ -1,0 +1,164 @@
+"""``[runtime.options]`` for ``backend = "acl"`` and ``"acl-sim"``, validated at start-up.
+
+Unknown keys are rejected (``extra="forbid"``) and every error names the key, e.g.
+``runtime.options.queue_depth: Input should be greater than or equal to 2``.
+
+Example (TOML)::
+
+    [runtime]
+    backend = "acl-sim"
+    devices = [0, 1]
+
+    [runtime.options]
+    queue_depth = 8            # tdt queue depth (queue mode), >= 2
+    callback_interval = 4      # async mode: one launch_callback every 4 batches
+
+    [runtime.options.sim]      # acl-sim only
+    device_count = 2
+    run_mode = "host"
+    fail_every_n_executes = 100
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from streamer.errors import ConfigError
+from streamer.runtime.acl.constants import QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MIN
+
+__all__ = ["AclOptions", "ModelOptions", "SimOptions", "parse_model_options", "parse_options"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelOptions(_Strict):
+    """Per-model tunables (the runtime options, overridable by ``ModelSpec.options``)."""
+
+    queue_depth: int = Field(
+        default=QUEUE_DEPTH_DEFAULT, ge=QUEUE_DEPTH_MIN, description="depth of each tdt queue"
+    )
+    callback_interval: int = Field(
+        default=1, ge=1, description="async: one launch_callback after every N execute_async"
+    )
+    callback_flush_ms: float = Field(
+        default=10.0,
+        ge=0,
+        description="async: synchronize the stream for batches not covered by a callback "
+        "once the oldest has waited this long (ms)",
+    )
+    report_timeout_ms: int = Field(
+        default=50, ge=1, description="async: acl.rt.process_report timeout of one loop turn (ms)"
+    )
+    queue_poll_ms: int = Field(
+        default=100, ge=1, description="queue: timeout of one acltdtEnqueueData attempt (ms)"
+    )
+    result_timeout_ms: int = Field(
+        default=10_000,
+        ge=1,
+        description="queue: longest wait for a batch's outputs before the model is declared "
+        "broken; async: longest stream synchronisation at close (ms)",
+    )
+
+
+class SimOptions(_Strict):
+    """``[runtime.options.sim]``: the simulated Ascend machine (``acl-sim`` only)."""
+
+    device_count: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="simulated devices; default: enough for runtime.devices",
+    )
+    run_mode: Literal["host", "device"] = Field(
+        default="host", description="ACL_HOST or ACL_DEVICE"
+    )
+    with_q: Literal["pyacl", "ctypes", "none"] = Field(
+        default="ctypes",
+        description="where aclmdlLoadFromFileWithQ is found: pyACL built with USE_MDL, "
+        "libascendcl.so only (ctypes), or nowhere (queue mode unavailable)",
+    )
+    device_memory_mb: int = Field(default=1024, ge=1, description="memory of each simulated device")
+    soc_950: bool = Field(
+        default=False, description="950 series: malloc reserves no extra 32 bytes"
+    )
+    queue_timeout_code: Literal["empty_full", "report_timeout"] = Field(
+        default="empty_full",
+        description="what a tdt call with timeout > 0 returns on expiry (undocumented): "
+        "207013/207014, or 507012",
+    )
+    fail_every_n_executes: int | None = Field(
+        default=None,
+        ge=1,
+        description="fault: every Nth model execution fails (ACL_ERROR_GE_FAILURE)",
+    )
+    execute_delay_ms: float = Field(
+        default=0.0, ge=0, description="fault: each execution takes this long"
+    )
+    queue_full_every_n_enqueues: int | None = Field(
+        default=None, ge=1, description="fault: every Nth acltdtEnqueueData reports the queue full"
+    )
+    fail_calls: dict[str, int] = Field(
+        default_factory=dict,
+        description="fault: API name -> code that every call of it returns, e.g. "
+        '{"acl.rt.create_stream" = 107000}',
+    )
+    call_log_size: int = Field(default=100_000, ge=1, description="calls kept in the call log")
+
+
+class AclOptions(ModelOptions):
+    """``[runtime.options]`` of the ACL backends."""
+
+    acl_config_path: Path | None = Field(default=None, description="acl.json passed to acl.init")
+    acl_library: str = Field(default="libascendcl.so", description="for aclmdlLoadFromFileWithQ")
+    tdt_library: str = Field(default="libacl_tdt_queue.so", description="the tdt queue C API")
+    sim: SimOptions | None = None
+
+    def model_options(self) -> dict[str, Any]:
+        """The per-model subset, as a dict for overriding."""
+        return {name: getattr(self, name) for name in ModelOptions.model_fields}
+
+
+def _config_error(prefix: str, exc: ValidationError) -> ConfigError:
+    lines = [
+        f"{prefix}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+    ]
+    return ConfigError("\n".join(lines))
+
+
+def parse_options(options: Mapping[str, Any], *, simulated: bool) -> AclOptions:
+    """Validate ``runtime.options``.
+
+    Args:
+        options: the raw ``[runtime.options]`` table.
+        simulated: True for ``acl-sim`` (a ``sim`` table is allowed and defaulted).
+
+    Raises:
+        ConfigError: a key is unknown or invalid; the message names ``runtime.options.<key>``.
+    """
+    if not simulated and "sim" in options:
+        raise ConfigError('runtime.options.sim: only valid with runtime.backend = "acl-sim"')
+    try:
+        parsed = AclOptions.model_validate(dict(options))
+    except ValidationError as exc:
+        raise _config_error("runtime.options", exc) from exc
+    if simulated and parsed.sim is None:
+        parsed = parsed.model_copy(update={"sim": SimOptions()})
+    return parsed
+
+
+def parse_model_options(base: AclOptions, overrides: Mapping[str, Any], model: str) -> ModelOptions:
+    """The runtime's per-model options with ``ModelSpec.options`` applied on top.
+
+    Raises:
+        ConfigError: an override is unknown or invalid; the message names the model and key.
+    """
+    try:
+        return ModelOptions.model_validate({**base.model_options(), **overrides})
+    except ValidationError as exc:
+        raise _config_error(f"model {model!r} options", exc) from exc

@@ -1,0 +1,250 @@
+"""A simulated offline model: an ONNX file run by onnxruntime, shaped by its manifest.
+
+What ATC bakes into an ``.om`` and the simulator reproduces (ATC parameter pages, HA
+``canncommercial/800/devaids/atc/atlasatcparam_16_0018.html``; seeds "动态Batch/动态分辨率/
+动态维度"):
+    - ``--input_shape`` fixes every dim, or leaves ``-1`` where one dynamic option fills it.
+    - A dynamic model gets one more input, ``ascend_mbatch_shape_data`` (last), into which
+      ``set_dynamic_batch_size`` / ``set_dynamic_hw_size`` / ``set_input_dynamic_dims`` write
+      the chosen gear; its size comes from ``get_input_size_by_index`` like any input.
+    - Input and output sizes are those of the largest gear; output dims that change with the
+      gear are reported as ``-1``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from streamer.runtime.acl.constants import ACL_DYNAMIC_TENSOR_NAME, DTYPES, DataType
+from streamer.runtime.acl.sim.manifest import Manifest, ManifestError, onnx_path, read_manifest
+
+__all__ = ["DynamicKind", "ModelImage", "TensorDesc", "load_image"]
+
+_ONNX_TYPES = {
+    "tensor(float)": DataType.FLOAT,
+    "tensor(float16)": DataType.FLOAT16,
+    "tensor(double)": DataType.DOUBLE,
+    "tensor(int8)": DataType.INT8,
+    "tensor(uint8)": DataType.UINT8,
+    "tensor(int16)": DataType.INT16,
+    "tensor(uint16)": DataType.UINT16,
+    "tensor(int32)": DataType.INT32,
+    "tensor(uint32)": DataType.UINT32,
+    "tensor(int64)": DataType.INT64,
+    "tensor(uint64)": DataType.UINT64,
+    "tensor(bool)": DataType.BOOL,
+}
+
+Shape = tuple[int, ...]
+Gear = tuple[int, ...]
+
+
+class DynamicKind(enum.Enum):
+    """Which dynamic option the model was built with (one at most)."""
+
+    STATIC = "static"
+    BATCH = "batch"
+    HW = "hw"
+    DIMS = "dims"
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    """One model input or output as ``acl.mdl.get_*`` reports it.
+
+    Attributes:
+        name: tensor name.
+        dims: dims; ``-1`` where the gear decides.
+        data_type: ``aclDataType``.
+        size: bytes for the largest gear.
+    """
+
+    name: str
+    dims: Shape
+    data_type: DataType
+    size: int
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return DTYPES[self.data_type]
+
+
+@dataclass(frozen=True)
+class ModelImage:
+    """An "om" the simulator can load: descriptions, gears and the onnxruntime session.
+
+    Attributes:
+        inputs: model inputs in order; a dynamic model's last one is the gear tensor.
+        outputs: model outputs in order.
+        kind: the dynamic option.
+        gears: batch ``(b,)``, resolution ``(h, w)``, or every input's dims concatenated.
+        om2: an OM2-format file.
+    """
+
+    inputs: tuple[TensorDesc, ...]
+    outputs: tuple[TensorDesc, ...]
+    kind: DynamicKind
+    gears: tuple[Gear, ...]
+    om2: bool
+    session: ort.InferenceSession = field(repr=False)
+    shapes: dict[Gear, tuple[Shape, ...]] = field(repr=False)
+
+    @property
+    def dynamic_index(self) -> int | None:
+        """Index of ``ascend_mbatch_shape_data``, or None for a static model."""
+        return None if self.kind == DynamicKind.STATIC else len(self.inputs) - 1
+
+    @property
+    def data_inputs(self) -> tuple[TensorDesc, ...]:
+        """The inputs that carry data (without the gear tensor)."""
+        return self.inputs if self.dynamic_index is None else self.inputs[:-1]
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Execute on ``arrays`` (one per data input, shapes of one gear)."""
+        names = [t.name for t in self.data_inputs]
+        return list(self.session.run(None, dict(zip(names, arrays, strict=True))))
+
+
+def load_image(model: Path) -> ModelImage:
+    """Build the image of ``model`` (``.om`` or ``.onnx``) from the ONNX file and manifest.
+
+    Raises:
+        ManifestError: no ONNX file, an invalid manifest, or one ATC would refuse.
+    """
+    manifest = read_manifest(model)
+    onnx_file = onnx_path(model)
+    if not onnx_file.is_file():
+        raise ManifestError(f"no ONNX file {onnx_file} for {model}")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises untyped pybind errors
+        raise ManifestError(f"{onnx_file}: {exc}") from exc
+    dims = _input_dims(session, manifest)
+    kind, gears = _gears(manifest, dims)
+    shapes = {gear: _shapes_for(kind, dims, gear) for gear in gears}
+    return _describe(session, dims, kind, gears, shapes, manifest.om2)
+
+
+def _input_dims(session: ort.InferenceSession, manifest: Manifest) -> dict[str, Shape]:
+    dims: dict[str, Shape] = {}
+    for arg in session.get_inputs():
+        onnx_dims = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape)
+        given = manifest.input_shape.get(arg.name, onnx_dims)
+        if len(given) != len(onnx_dims) or any(
+            o >= 0 and g >= 0 and o != g for o, g in zip(onnx_dims, given, strict=True)
+        ):
+            raise ManifestError(f"input_shape {arg.name}: {list(given)} vs ONNX {arg.shape}")
+        dims[arg.name] = given
+    unknown = set(manifest.input_shape) - set(dims)
+    if unknown:
+        raise ManifestError(f"input_shape names unknown inputs {sorted(unknown)}")
+    return dims
+
+
+def _gears(manifest: Manifest, dims: dict[str, Shape]) -> tuple[DynamicKind, tuple[Gear, ...]]:
+    holes = [(name, axis) for name, shape in dims.items() for axis, d in enumerate(shape) if d < 0]
+    if manifest.dynamic_batch_size is not None:
+        _require(bool(holes) and all(axis == 0 for _, axis in holes), "batch needs -1 at dim 0")
+        return DynamicKind.BATCH, tuple((b,) for b in manifest.dynamic_batch_size)
+    if manifest.dynamic_image_size is not None:
+        per_input = {name: sorted(a for n, a in holes if n == name) for name, _ in holes}
+        _require(
+            bool(holes) and all(a == [2, 3] for a in per_input.values()), "hw needs -1 at 2, 3"
+        )
+        return DynamicKind.HW, tuple(tuple(hw) for hw in manifest.dynamic_image_size)
+    if manifest.dynamic_dims is not None:
+        _require(all(len(g) == len(holes) for g in manifest.dynamic_dims), "dims per -1 dim")
+        return DynamicKind.DIMS, tuple(_fill_holes(dims, g) for g in manifest.dynamic_dims)
+    _require(not holes, f"dims {holes} are dynamic: set input_shape or a dynamic option")
+    return DynamicKind.STATIC, ((),)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ManifestError(message)
+
+
+def _fill_holes(dims: dict[str, Shape], values: Sequence[int]) -> Gear:
+    filled = iter(values)
+    return tuple(d if d >= 0 else next(filled) for shape in dims.values() for d in shape)
+
+
+def _shapes_for(kind: DynamicKind, dims: dict[str, Shape], gear: Gear) -> tuple[Shape, ...]:
+    if kind == DynamicKind.DIMS:
+        flat, shapes = iter(gear), []
+        for shape in dims.values():
+            shapes.append(tuple(next(flat) for _ in shape))
+        return tuple(shapes)
+    axes = {DynamicKind.STATIC: (), DynamicKind.BATCH: (0,), DynamicKind.HW: (2, 3)}[kind]
+    fill = dict(zip(axes, gear, strict=True))
+    return tuple(
+        tuple(fill.get(a, d) if d < 0 else d for a, d in enumerate(s)) for s in dims.values()
+    )
+
+
+def _describe(
+    session: ort.InferenceSession,
+    dims: dict[str, Shape],
+    kind: DynamicKind,
+    gears: tuple[Gear, ...],
+    shapes: dict[Gear, tuple[Shape, ...]],
+    om2: bool,
+) -> ModelImage:
+    args = session.get_inputs()
+    types = [_data_type(arg.type, arg.name) for arg in args]
+    inputs = [
+        TensorDesc(
+            arg.name, dims[arg.name], dtype, max(_nbytes(s[i], dtype) for s in shapes.values())
+        )
+        for i, (arg, dtype) in enumerate(zip(args, types, strict=True))
+    ]
+    outputs = _output_descs(session, types, shapes)
+    if kind != DynamicKind.STATIC:
+        width = len(gears[0])
+        inputs.append(TensorDesc(ACL_DYNAMIC_TENSOR_NAME, (width,), DataType.INT64, 8 * width))
+    return ModelImage(tuple(inputs), outputs, kind, gears, om2, session, shapes)
+
+
+def _output_descs(
+    session: ort.InferenceSession, types: list[DataType], shapes: dict[Gear, tuple[Shape, ...]]
+) -> tuple[TensorDesc, ...]:
+    names = [arg.name for arg in session.get_inputs()]
+    runs = []
+    for gear_shapes in shapes.values():
+        feeds = {
+            n: np.zeros(s, DTYPES[t]) for n, s, t in zip(names, gear_shapes, types, strict=True)
+        }
+        try:
+            runs.append(session.run(None, feeds))
+        except Exception as exc:  # onnxruntime raises untyped pybind errors
+            raise ManifestError(f"the model does not run with inputs {gear_shapes}: {exc}") from exc
+    descs = []
+    for index, arg in enumerate(session.get_outputs()):
+        per_gear = [run[index].shape for run in runs]
+        merged = tuple(
+            d if all(p[a] == d for p in per_gear) else -1 for a, d in enumerate(per_gear[0])
+        )
+        data_type = _data_type(arg.type, arg.name)
+        size = max(_nbytes(p, data_type) for p in per_gear)
+        descs.append(TensorDesc(arg.name, merged, data_type, size))
+    return tuple(descs)
+
+
+def _data_type(onnx_type: str, name: str) -> DataType:
+    data_type = _ONNX_TYPES.get(onnx_type)
+    if data_type is None:
+        raise ManifestError(f"tensor {name!r}: {onnx_type} has no ACL data type")
+    return data_type
+
+
+def _nbytes(shape: Shape, data_type: DataType) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * DTYPES[data_type].itemsize

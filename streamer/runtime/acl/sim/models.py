@@ -1,0 +1,369 @@
+"""Simulated model management: loaded models, descriptions, datasets, data buffers, execution.
+
+Rules (reference/pyacl.md §2 and §9):
+    S9: ``create_data_buffer(0, n > 0)`` returns 0; ``create_data_buffer(0, 0)`` succeeds.
+    S11: a model is executed and unloaded in the context that loaded it; from another context
+        it does not exist (``ACL_ERROR_INVALID_MODEL_ID``).
+    S13: one model id never executes concurrently: not on two streams, and not by two threads
+        at once (``acl.mdl.execute_async`` page: threads sharing a model id lock around the
+        I/O refresh and the execution); the simulator returns ``ACL_ERROR_FAILURE``.
+    S14: ``get_dynamic_batch`` reports at most 128 gears; ``batchCount == 0`` without gears.
+    S15: a gear is set only through the ``ascend_mbatch_shape_data`` input index and only to
+        one of the model's gears (``ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID``); an execution
+        whose gear tensor holds no valid gear fails the same way.
+    S16: one dynamic kind per model: the setter of another kind returns
+        ``ACL_ERROR_MODEL_NOT_DYNAMIC``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from streamer.runtime.acl.constants import AclCode
+from streamer.runtime.acl.sim.binding import SimError
+from streamer.runtime.acl.sim.faults import Faults
+from streamer.runtime.acl.sim.image import DynamicKind, ModelImage, load_image
+from streamer.runtime.acl.sim.manifest import ManifestError, onnx_path
+from streamer.runtime.acl.sim.memory import SimMemory
+
+__all__ = ["Buffer", "LoadedModel", "SimModels"]
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A data buffer: ``size`` bytes at ``ptr``."""
+
+    ptr: int
+    size: int
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    """A model id and its state.
+
+    Attributes:
+        stream: the stream its unfinished ``execute_async`` tasks run on.
+        pending: ``execute_async`` tasks not finished.
+        busy: an ``execute`` is running.
+        queues: input and output queue ids of a WithQ model.
+        input_producer, output_consumer: the host threads feeding / draining its queues.
+        stopped: set by ``unload`` (stops a WithQ model's scheduler).
+    """
+
+    model_id: int
+    image: ModelImage
+    context: int
+    stream: int | None = None
+    pending: int = 0
+    busy: bool = False
+    queues: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    input_producer: int | None = None
+    output_consumer: int | None = None
+    stopped: threading.Event = field(default_factory=threading.Event)
+
+
+class SimModels:
+    """Models, descriptions, datasets and data buffers of the simulator; thread-safe.
+
+    Args:
+        memory: the simulated memory (inputs are read from it, outputs written to it).
+        faults: injected execution failures and delays.
+        log_problem: records why a model could not be loaded (the real runtime logs it).
+    """
+
+    def __init__(
+        self, memory: SimMemory, faults: Faults, log_problem: Callable[[str], None]
+    ) -> None:
+        self._memory = memory
+        self._faults = faults
+        self._log_problem = log_problem
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._handles = itertools.count(0x5A00_0000_0040, 0x40)
+        self._images: dict[Path, ModelImage] = {}
+        self._loaded: dict[int, LoadedModel] = {}
+        self._descs: dict[int, ModelImage | None] = {}
+        self._buffers: dict[int, Buffer] = {}
+        self._datasets: dict[int, list[int]] = {}
+
+    # Models ---------------------------------------------------------------------------------
+
+    def image(self, path: str) -> ModelImage:
+        """The image of ``path``, built once per file.
+
+        Raises:
+            SimError: no such file (``ACL_ERROR_GE_EXEC_MODEL_PATH_INVALID``) or an image ATC
+                would not have built (``ACL_ERROR_GE_PARAM_INVALID``).
+        """
+        model = Path(path)
+        if not model.is_file() and not onnx_path(model).is_file():
+            raise SimError(AclCode.ERROR_GE_EXEC_MODEL_PATH_INVALID, None, f"no model {path}")
+        key = model.absolute()
+        with self._lock:
+            cached = self._images.get(key)
+        if cached is not None:
+            return cached
+        try:
+            image = load_image(model)
+        except ManifestError as exc:
+            self._log_problem(f"{path}: {exc}")
+            raise SimError(AclCode.ERROR_GE_PARAM_INVALID, None, str(exc)) from exc
+        with self._lock:
+            return self._images.setdefault(key, image)
+
+    def load(self, image: ModelImage, context: int) -> LoadedModel:
+        """Register a loaded model in ``context``."""
+        with self._lock:
+            model = LoadedModel(next(self._ids), image, context)
+            self._loaded[model.model_id] = model
+            return model
+
+    def find(self, model_id: int) -> LoadedModel:
+        """The loaded model ``model_id``, whatever the context.
+
+        Raises:
+            SimError: unknown id.
+        """
+        with self._lock:
+            model = self._loaded.get(model_id)
+        if model is None:
+            raise SimError(AclCode.ERROR_INVALID_MODEL_ID, None, f"no model {model_id}")
+        return model
+
+    def get(self, model_id: int, context: int) -> LoadedModel:
+        """The model ``model_id`` as seen from ``context``.
+
+        Raises:
+            SimError: unknown id, or loaded in another context (S11).
+        """
+        model = self.find(model_id)
+        if model.context != context:
+            raise SimError(AclCode.ERROR_INVALID_MODEL_ID, "S11", "model loaded in another context")
+        return model
+
+    def unload(self, model_id: int, context: int) -> LoadedModel:
+        """Raises: SimError: as :meth:`get`."""
+        model = self.get(model_id, context)
+        with self._lock:
+            del self._loaded[model_id]
+        model.stopped.set()
+        return model
+
+    # Descriptions ---------------------------------------------------------------------------
+
+    def create_desc(self) -> int:
+        with self._lock:
+            handle = next(self._handles)
+            self._descs[handle] = None
+            return handle
+
+    def fill_desc(self, desc: int, model: LoadedModel) -> None:
+        """Raises: SimError: unknown description."""
+        with self._lock:
+            if desc not in self._descs:
+                raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no description {desc:#x}")
+            self._descs[desc] = model.image
+
+    def destroy_desc(self, desc: int) -> None:
+        """Raises: SimError: unknown description."""
+        with self._lock:
+            if self._descs.pop(desc, False) is False:
+                raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no description {desc:#x}")
+
+    def desc(self, desc: int) -> ModelImage:
+        """The image a filled description describes.
+
+        Raises:
+            SimError: unknown or never filled by ``get_desc``.
+        """
+        with self._lock:
+            image = self._descs.get(desc)
+        if image is None:
+            raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no filled description {desc:#x}")
+        return image
+
+    # Data buffers and datasets -------------------------------------------------------------
+
+    def create_buffer(self, ptr: int, size: int) -> int:
+        """A data buffer handle, or 0 for ``ptr == 0`` with ``size > 0`` (S9)."""
+        if ptr == 0 and size > 0:
+            return 0
+        with self._lock:
+            handle = next(self._handles)
+            self._buffers[handle] = Buffer(ptr, size)
+            return handle
+
+    def destroy_buffer(self, handle: int) -> None:
+        """Raises: SimError: unknown buffer."""
+        with self._lock:
+            if self._buffers.pop(handle, None) is None:
+                raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no data buffer {handle:#x}")
+
+    def create_dataset(self) -> int:
+        with self._lock:
+            handle = next(self._handles)
+            self._datasets[handle] = []
+            return handle
+
+    def add_to_dataset(self, dataset: int, buffer: int) -> None:
+        """Raises: SimError: unknown dataset or buffer."""
+        with self._lock:
+            if dataset not in self._datasets or buffer not in self._buffers:
+                raise SimError(AclCode.ERROR_INVALID_PARAM, None, "unknown dataset or buffer")
+            self._datasets[dataset].append(buffer)
+
+    def destroy_dataset(self, dataset: int) -> None:
+        """Raises: SimError: unknown dataset."""
+        with self._lock:
+            if self._datasets.pop(dataset, None) is None:
+                raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no dataset {dataset:#x}")
+
+    def dataset(self, dataset: int) -> list[Buffer]:
+        """The buffers of a dataset, in order.
+
+        Raises:
+            SimError: unknown dataset, or one of its buffers was destroyed.
+        """
+        with self._lock:
+            handles = self._datasets.get(dataset)
+            if handles is None or any(h not in self._buffers for h in handles):
+                raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"bad dataset {dataset:#x}")
+            return [self._buffers[h] for h in handles]
+
+    # Gears and execution --------------------------------------------------------------------
+
+    def set_gear(
+        self, model: LoadedModel, kind: DynamicKind, dataset: int, index: int, gear: Sequence[int]
+    ) -> None:
+        """Write ``gear`` into the model's gear tensor in ``dataset`` (S15, S16).
+
+        Raises:
+            SimError: another dynamic kind, not the gear tensor's index, a gear the model does
+                not have, or no usable buffer at ``index``.
+        """
+        image = model.image
+        if image.kind != kind:
+            raise SimError(AclCode.ERROR_MODEL_NOT_DYNAMIC, "S16", f"model is {image.kind.value}")
+        if index != image.dynamic_index:
+            raise SimError(
+                AclCode.ERROR_INVALID_PARAM, "S15", f"index {index} is not the gear input"
+            )
+        if tuple(gear) not in image.gears:
+            code = AclCode.ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID
+            raise SimError(
+                code, "S15", f"gear {list(gear)} not in {[list(g) for g in image.gears]}"
+            )
+        buffers = self.dataset(dataset)
+        if index >= len(buffers):
+            raise SimError(AclCode.ERROR_GE_DYNAMIC_INPUT_ADDR_INVALID, "S15", "no gear buffer")
+        target = buffers[index]
+        data = np.asarray(gear, dtype=np.int64).tobytes()
+        if target.size < len(data):
+            raise SimError(
+                AclCode.ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID, "S15", "gear buffer small"
+            )
+        self._memory.write(target.ptr, data)
+
+    def check_io(self, model: LoadedModel, inputs: int, outputs: int) -> None:
+        """The datasets have one buffer per model input and output.
+
+        Raises:
+            SimError: ``ACL_ERROR_MODEL_INPUT_NOT_MATCH`` / ``..._OUTPUT_NOT_MATCH``.
+        """
+        if len(self.dataset(inputs)) != len(model.image.inputs):
+            raise SimError(AclCode.ERROR_MODEL_INPUT_NOT_MATCH, "dataset", "input count")
+        if len(self.dataset(outputs)) != len(model.image.outputs):
+            raise SimError(AclCode.ERROR_MODEL_OUTPUT_NOT_MATCH, "dataset", "output count")
+
+    @contextlib.contextmanager
+    def executing(self, model: LoadedModel) -> Iterator[None]:
+        """Mark a synchronous execution of ``model`` (S13).
+
+        Raises:
+            SimError: the model is already executing (another thread, or a stream).
+        """
+        with self._lock:
+            if model.busy or model.pending:
+                raise SimError(AclCode.ERROR_FAILURE, "S13", "model is already executing")
+            model.busy = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                model.busy = False
+
+    def begin_async(self, model: LoadedModel, stream: int) -> None:
+        """Count an ``execute_async`` of ``model`` on ``stream`` (S13).
+
+        Raises:
+            SimError: the model is executing synchronously or has work on another stream.
+        """
+        with self._lock:
+            if model.busy or (model.pending and model.stream != stream):
+                raise SimError(AclCode.ERROR_FAILURE, "S13", "model is executing elsewhere")
+            model.stream = stream
+            model.pending += 1
+
+    def end_async(self, model: LoadedModel) -> None:
+        """An ``execute_async`` task of ``model`` finished."""
+        with self._lock:
+            model.pending -= 1
+
+    def run(self, model: LoadedModel, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
+        """One execution: read the gear and inputs from memory, run, write the outputs.
+
+        Raises:
+            SimError: no valid gear, a buffer smaller than its tensor, or bad memory.
+        """
+        image = model.image
+        shapes = image.shapes[self._gear(image, inputs)]
+        arrays = []
+        for desc, shape, buffer in zip(
+            image.data_inputs, shapes, inputs[: len(shapes)], strict=True
+        ):
+            nbytes = int(np.prod(shape, dtype=np.int64)) * desc.dtype.itemsize
+            _require_room(buffer, nbytes, desc.name)
+            data = self._memory.read(buffer.ptr, nbytes)
+            arrays.append(np.frombuffer(data, desc.dtype).reshape(shape))
+        self._faults.delay_execution()
+        for result, buffer, desc in zip(image.run(arrays), outputs, image.outputs, strict=True):
+            _require_room(buffer, result.nbytes, desc.name)
+            self._memory.write(buffer.ptr, np.ascontiguousarray(result).tobytes())
+
+    def live(self) -> dict[str, list[int]]:
+        """Models, descriptions, datasets and data buffers not released."""
+        with self._lock:
+            return {
+                "models": list(self._loaded),
+                "descs": list(self._descs),
+                "datasets": list(self._datasets),
+                "data_buffers": list(self._buffers),
+            }
+
+    def _gear(self, image: ModelImage, inputs: Sequence[Buffer]) -> tuple[int, ...]:
+        index = image.dynamic_index
+        if index is None:
+            return ()
+        width = len(image.gears[0])
+        _require_room(inputs[index], 8 * width, "ascend_mbatch_shape_data")
+        raw = self._memory.read(inputs[index].ptr, 8 * width)
+        gear = tuple(int(v) for v in np.frombuffer(raw, np.int64))
+        if gear not in image.gears:
+            raise SimError(AclCode.ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID, "S15", "no gear was set")
+        return gear
+
+
+def _require_room(buffer: Buffer, nbytes: int, name: str) -> None:
+    if buffer.size < nbytes:
+        raise SimError(
+            AclCode.ERROR_GE_EXEC_MODEL_DATA_SIZE_INVALID,
+            "dataset",
+            f"{name}: buffer of {buffer.size} bytes for {nbytes}",
+        )

@@ -1,0 +1,156 @@
+"""Injected faults: a failed execution fails its batch only, slow executions and full queues
+are backpressure, a broken device side stops the model with BackendError, never a hang."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from acl_testing import MakeBackend, Reference, assert_close, blazeface_input
+
+from streamer.errors import BackendError
+from streamer.runtime.acl.constants import AclCode
+from streamer.runtime.base import ModelSpec
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_an_injected_execute_failure_fails_that_batch_only(
+    mode: str,
+    make_backend: MakeBackend,
+    dynamic_model: Path,
+    frames: list[np.ndarray],
+    reference: Reference,
+) -> None:
+    backend = make_backend(sim={"fail_every_n_executes": 2})
+    model = backend.load(ModelSpec("face", dynamic_model, mode=mode, max_in_flight=4))
+    batches = [blazeface_input(frames[:gear]) for gear in (1, 2, 4, 8)]
+    for batch in batches:
+        model.enqueue([batch])
+    results = [model.dequeue(5000) for _ in batches]
+    for index, (batch, done) in enumerate(zip(batches, results, strict=True)):
+        assert done is not None
+        if index % 2:
+            assert done.outputs is None and done.error is not None
+            assert done.error.reason == "inference_failed"
+            assert "ACL_ERROR_GE_FAILURE (500002)" in done.error.detail
+            assert f"acl.mdl.execute{'_async' if mode == 'async' else ''}" in done.error.detail
+        else:
+            assert done.error is None
+            assert_close(done.outputs, reference(batch))
+    model.close()
+
+
+def test_queue_mode_lost_output_stops_the_model_without_hanging(
+    make_backend: MakeBackend, static4_model: Path, frames: list[np.ndarray]
+) -> None:
+    backend = make_backend(result_timeout_ms=300, sim={"fail_every_n_executes": 1})
+    model = backend.load(ModelSpec("face", static4_model, mode="queue"))
+    model.enqueue([blazeface_input(frames[:4])])
+    started = time.monotonic()
+    with pytest.raises(BackendError, match="no output for a batch enqueued"):
+        while model.dequeue(100) is None:
+            assert time.monotonic() - started < 5
+    assert backend.simulator.queues.failed_executions == 1
+    model.close()
+
+
+@pytest.mark.parametrize("mode", ["queue", "async", "sync"])
+def test_slow_executions_time_out_dequeue_then_arrive(
+    mode: str, make_backend: MakeBackend, static4_model: Path, frames: list[np.ndarray]
+) -> None:
+    backend = make_backend(sim={"execute_delay_ms": 300})
+    model = backend.load(ModelSpec("face", static4_model, mode=mode))
+    assert model.dequeue(0) is None, "nothing enqueued: an immediate None"
+    batch = blazeface_input(frames[:4])
+
+    def produce() -> None:
+        model.attach_thread()
+        model.enqueue([batch])
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    started = time.monotonic()
+    first = model.dequeue(50)
+    assert first is None or mode == "sync", "async and queue: not done after 50 ms"
+    assert time.monotonic() - started < 0.25
+    done = first or model.dequeue(5000)
+    assert done is not None and done.error is None
+    producer.join()
+    model.close()
+
+
+def test_a_full_queue_is_backpressure(
+    make_backend: MakeBackend, static4_model: Path, frames: list[np.ndarray], reference: Reference
+) -> None:
+    backend = make_backend(sim={"queue_full_every_n_enqueues": 2})
+    model = backend.load(ModelSpec("face", static4_model, mode="queue", max_in_flight=3))
+    batches = [blazeface_input(frames[i : i + 4]) for i in range(3)]
+    for batch in batches:
+        model.enqueue([batch])
+    for batch in batches:
+        done = model.dequeue(5000)
+        assert done is not None
+        assert_close(done.outputs, reference(batch))
+    codes = [c.result for c in backend.simulator.log.calls("acltdtEnqueueData")]
+    assert AclCode.ERROR_RT_QUEUE_FULL in codes
+    model.close()
+
+
+def test_queue_timeouts_reported_as_driver_timeouts(
+    make_backend: MakeBackend, static4_model: Path, frames: list[np.ndarray]
+) -> None:
+    backend = make_backend(
+        queue_depth=2, sim={"queue_timeout_code": "report_timeout", "execute_delay_ms": 100}
+    )
+    model = backend.load(ModelSpec("face", static4_model, mode="queue", max_in_flight=4))
+    assert model.dequeue(20) is None, "507012 on an empty queue is 'no result yet'"
+    batch = blazeface_input(frames[:4])
+    for _ in range(4):
+        model.enqueue([batch])  # depth 2: the enqueue thread waits for room
+    assert all((done := model.dequeue(5000)) is not None and done.error is None for _ in range(4))
+    model.close()
+
+
+@pytest.mark.parametrize("mode", ["queue", "async", "sync"])
+def test_enqueue_blocks_at_max_in_flight(
+    mode: str, make_backend: MakeBackend, static4_model: Path, frames: list[np.ndarray]
+) -> None:
+    backend = make_backend(queue_depth=2)
+    model = backend.load(ModelSpec("face", static4_model, mode=mode, max_in_flight=1))
+    batch = blazeface_input(frames[:4])
+    first_done, second_done = threading.Event(), threading.Event()
+
+    def enqueue_two() -> None:  # one enqueue thread for both (S28)
+        model.attach_thread()
+        model.enqueue([batch])
+        first_done.set()
+        model.enqueue([batch])
+        second_done.set()
+
+    thread = threading.Thread(target=enqueue_two)
+    thread.start()
+    assert first_done.wait(5)
+    assert not second_done.wait(0.3), "one batch in flight: the second enqueue waits"
+    assert model.dequeue(5000) is not None
+    assert second_done.wait(5), "a dequeue makes room"
+    thread.join()
+    assert model.dequeue(5000) is not None
+    model.close()
+
+
+def test_a_dead_callback_thread_stops_the_model(
+    make_backend: MakeBackend, dynamic_model: Path, frames: list[np.ndarray]
+) -> None:
+    backend = make_backend(
+        result_timeout_ms=200, sim={"fail_calls": {"acl.rt.process_report": 500003}}
+    )
+    model = backend.load(ModelSpec("face", dynamic_model, mode="async"))
+    model.enqueue([blazeface_input(frames[:1])])
+    with pytest.raises(BackendError, match="callback thread failed.*ACL_ERROR_RT_FAILURE"):
+        model.dequeue(2000)
+    model.close()

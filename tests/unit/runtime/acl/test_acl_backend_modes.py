@@ -1,0 +1,278 @@
+"""The ACL backend in each mode on the simulator: real BlazeFace batches, outputs equal to the
+onnxruntime backend's within 1e-4, FIFO order, one enqueue thread and one dequeue thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from acl_testing import (
+    GEARS,
+    MakeBackend,
+    MakeModel,
+    Reference,
+    assert_close,
+    blazeface_input,
+    tiny_model,
+)
+
+from streamer.errors import ModelError
+from streamer.runtime.acl.model_async import AsyncModel
+from streamer.runtime.acl.model_queue import QueueModeModel
+from streamer.runtime.acl.model_sync import SyncModel
+from streamer.runtime.base import InferenceOutputs, ModelSpec, QueueModel
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run_threads(model: QueueModel, batches: Sequence[np.ndarray]) -> list[InferenceOutputs]:
+    """Enqueue from one thread and dequeue from another, as the pipeline does."""
+    results: list[InferenceOutputs] = []
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            model.attach_thread()
+            for batch in batches:
+                model.enqueue([batch])
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    def consume() -> None:
+        try:
+            model.attach_thread()
+            while len(results) < len(batches):
+                done = model.dequeue(5000)
+                assert done is not None, "a batch did not come back in 5 s"
+                results.append(done)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=produce, name="enqueue"),
+        threading.Thread(target=consume, name="dequeue"),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    return results
+
+
+@pytest.mark.parametrize("run_mode", ["host", "device"])
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_dynamic_gears_match_onnxruntime(
+    mode: str,
+    run_mode: str,
+    make_backend: MakeBackend,
+    dynamic_model: Path,
+    frames: list[np.ndarray],
+    reference: Reference,
+) -> None:
+    backend = make_backend(sim={"run_mode": run_mode})
+    model = backend.load(ModelSpec("face", dynamic_model, mode=mode, max_in_flight=2))
+    assert isinstance(model, AsyncModel if mode == "async" else SyncModel)
+    assert model.info.batch_gears == tuple(GEARS)
+    assert model.info.inputs[0].shape == (-1, 3, 128, 128)
+    assert [t.shape for t in model.info.outputs] == [(-1, 896, 16), (-1, 896, 1)]
+    batches = [blazeface_input(frames[:gear]) for gear in [*GEARS, 2, 1]]
+    results = run_threads(model, batches)
+    for batch, done in zip(batches, results, strict=True):
+        assert done.error is None and done.end_ns >= done.start_ns > 0
+        assert_close(done.outputs, reference(batch))
+    model.close()
+
+
+@pytest.mark.parametrize("run_mode", ["host", "device"])
+@pytest.mark.parametrize("with_q", ["pyacl", "ctypes"])
+def test_queue_mode_static_batch_matches_onnxruntime(
+    with_q: str,
+    run_mode: str,
+    make_backend: MakeBackend,
+    static4_model: Path,
+    frames: list[np.ndarray],
+    reference: Reference,
+) -> None:
+    backend = make_backend(sim={"run_mode": run_mode, "with_q": with_q})
+    model = backend.load(ModelSpec("face", static4_model, mode="queue", max_in_flight=3))
+    assert isinstance(model, QueueModeModel)
+    assert model.info.batch_gears == (4,) and model.info.inputs[0].shape == (4, 3, 128, 128)
+    batches = [blazeface_input(frames[i : i + 4]) for i in (0, 4, 2, 1, 3)]
+    results = run_threads(model, batches)
+    for batch, done in zip(batches, results, strict=True):
+        assert done.error is None
+        assert_close(done.outputs, reference(batch))
+    model.close()
+
+
+def test_batch_one_static_model_and_full_range_model(
+    make_backend: MakeBackend,
+    make_model: MakeModel,
+    full_range_model: Path,
+    frames: list[np.ndarray],
+    reference: Reference,
+) -> None:
+    backend = make_backend()
+    static1 = make_model("face_b1", {"input_shape": {"input": [1, 3, 128, 128]}})
+    with backend.load(ModelSpec("face", static1)) as model:
+        assert isinstance(model, QueueModeModel), "auto picks queue for a static model"
+        batch = blazeface_input(frames[:1])
+        (done,) = run_threads(model, [batch])
+        assert_close(done.outputs, reference(batch))
+    full = make_model(
+        "full",
+        {"input_shape": {"input": [-1, 3, 192, 192]}, "dynamic_batch_size": [1, 2]},
+        full_range_model,
+    )
+    with backend.load(ModelSpec("full", full)) as model:
+        assert isinstance(model, AsyncModel), "auto picks async for dynamic gears"
+        (done,) = run_threads(model, [blazeface_input(frames[:2], 192)])
+        assert done.outputs is not None and done.outputs[0].shape == (2, 2304, 16)
+
+
+def test_auto_mode_choices(
+    make_backend: MakeBackend, make_model: MakeModel, static4_model: Path
+) -> None:
+    no_queue = make_backend(sim={"with_q": "none"})
+    assert not no_queue.queue_mode_available
+    with no_queue.load(ModelSpec("face", static4_model)) as model:
+        assert isinstance(model, AsyncModel)
+    with pytest.raises(ModelError, match="mode 'queue' is unavailable"):
+        no_queue.load(ModelSpec("face", static4_model, mode="queue"))
+    backend = make_backend()
+    om2 = make_model("om2", {"input_shape": {"input": [4, 3, 128, 128]}, "om2": True})
+    with backend.load(ModelSpec("face", om2)) as model:
+        assert isinstance(model, AsyncModel), "WithQ refuses OM2: auto falls back to async"
+    with pytest.raises(ModelError, match="mode 'queue' refused by the runtime"):
+        backend.load(ModelSpec("face", om2, mode="queue"))
+
+
+def test_queue_mode_on_a_dynamic_model_says_why(
+    make_backend: MakeBackend, dynamic_model: Path
+) -> None:
+    backend = make_backend()
+    with pytest.raises(ModelError) as caught:
+        backend.load(ModelSpec("face", dynamic_model, mode="queue"))
+    message = str(caught.value)
+    assert "needs a static-shape model" in message and "[1, 2, 4, 8]" in message
+    assert "aclmdlLoadFromFileWithQ" in message and "--input_shape" in message
+    assert backend.simulator.models.live()["models"] == [], "the probe load was released"
+
+
+def test_model_errors_at_load(
+    make_backend: MakeBackend, make_model: MakeModel, dynamic_model: Path, tmp_path: Path
+) -> None:
+    backend = make_backend()
+    with pytest.raises(ModelError, match="device 3 is not in runtime.devices"):
+        backend.load(ModelSpec("face", dynamic_model, device=3))
+    with pytest.raises(ModelError, match="cannot load"):
+        backend.load(ModelSpec("face", tmp_path / "missing.om"))
+    with pytest.raises(ModelError, match=r"gears \[3\] are not among"):
+        backend.load(ModelSpec("face", dynamic_model, batch_gears=(1, 3)))
+    manifest = {"input_shape": {"x": [1, 3, -1, -1]}, "dynamic_image_size": [[8, 8], [16, 16]]}
+    hw = make_model("relu_hw", manifest, tiny_model(tmp_path / "relu.onnx"))
+    with pytest.raises(ModelError, match="dynamic image size"):
+        backend.load(ModelSpec("face", hw))
+
+
+def test_om_path_runs_the_onnx_sibling(make_backend: MakeBackend, make_model: MakeModel) -> None:
+    path = make_model("face", {"input_shape": {"input": [2, 3, 128, 128]}}, suffix=".om")
+    assert path.suffix == ".om" and not path.exists()
+    with make_backend().load(ModelSpec("face", path)) as model:
+        assert model.info.batch_gears == (2,)
+
+
+def test_two_devices_one_replica_each(
+    make_backend: MakeBackend, dynamic_model: Path, frames: list[np.ndarray], reference: Reference
+) -> None:
+    backend = make_backend(devices=(0, 1))
+    replicas = [
+        backend.load(ModelSpec("face", dynamic_model, device=d, mode="async")) for d in (0, 1)
+    ]
+    batch = blazeface_input(frames[:4])
+    for replica in replicas:
+        (done,) = run_threads(replica, [batch])
+        assert_close(done.outputs, reference(batch))
+    devices = {a.device for a in backend.simulator.memory.live() if a.device is not None}
+    assert devices == {0, 1}
+    for replica in replicas:
+        replica.close()
+
+
+def test_two_models_on_one_device_get_their_own_streams(
+    make_backend: MakeBackend, dynamic_model: Path, frames: list[np.ndarray]
+) -> None:
+    backend = make_backend()
+    first = backend.load(ModelSpec("a", dynamic_model, mode="async"))
+    second = backend.load(ModelSpec("b", dynamic_model, mode="async"))
+    batch = blazeface_input(frames[:2])
+    assert run_threads(first, [batch])[0].error is None
+    assert run_threads(second, [batch])[0].error is None
+    assert len(backend.simulator.live_resources()["streams"]) == 2
+    second.close()
+    first.close()
+
+
+@pytest.mark.parametrize("interval", [3, 100])
+def test_callback_interval_with_flush_of_the_remainder(
+    interval: int,
+    make_backend: MakeBackend,
+    dynamic_model: Path,
+    frames: list[np.ndarray],
+    reference: Reference,
+) -> None:
+    backend = make_backend(callback_interval=interval, callback_flush_ms=5)
+    model = backend.load(ModelSpec("face", dynamic_model, mode="async", max_in_flight=4))
+    batches = [blazeface_input(frames[:gear]) for gear in (1, 2, 4, 8, 1)]
+    results = run_threads(model, batches)
+    for batch, done in zip(batches, results, strict=True):
+        assert_close(done.outputs, reference(batch))
+    launched = backend.simulator.log.names("acl.rt.launch_callback")
+    assert len(launched) == len(batches) // interval
+    assert backend.simulator.log.names("acl.rt.synchronize_stream_with_timeout"), (
+        "the rest is flushed"
+    )
+    model.close()
+
+
+def test_invalid_batches_fail_alone_and_in_order(
+    make_backend: MakeBackend, dynamic_model: Path, static4_model: Path, frames: list[np.ndarray]
+) -> None:
+    backend = make_backend()
+    for path, mode in ((dynamic_model, "async"), (dynamic_model, "sync"), (static4_model, "queue")):
+        with backend.load(ModelSpec("face", path, mode=mode)) as model:
+            good = blazeface_input(frames[:4])
+            bad = [
+                blazeface_input(frames[:3]),
+                good.astype(np.float64),
+                blazeface_input(frames[:4], 96),
+            ]
+            model.enqueue([good])
+            for batch in bad:
+                model.enqueue([batch])
+            model.enqueue([good])
+            results = [model.dequeue(5000) for _ in range(5)]
+            assert [r is not None and r.error is None for r in results] == [
+                True,
+                False,
+                False,
+                False,
+                True,
+            ]
+            reasons = {r.error.reason for r in results if r is not None and r.error is not None}
+            assert reasons == {"inference_failed"}
+
+
+def test_configured_gears_narrow_the_model_gears(
+    make_backend: MakeBackend, dynamic_model: Path, frames: list[np.ndarray]
+) -> None:
+    with make_backend().load(ModelSpec("face", dynamic_model, batch_gears=(4, 1))) as model:
+        assert model.info.batch_gears == (1, 4)
+        model.enqueue([blazeface_input(frames[:2])])
+        done = model.dequeue(5000)
+        assert done is not None and done.error is not None
+        assert "not one of the model's gears [1, 4]" in done.error.detail

@@ -1,0 +1,104 @@
+"""Error translation, option validation, the backend registry and the missing-pyACL message."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from streamer.config import RuntimeConfig
+from streamer.errors import BackendError, ConfigError
+from streamer.runtime import open_backend
+from streamer.runtime.acl.backend import AclBackend
+from streamer.runtime.acl.constants import AclCode
+from streamer.runtime.acl.errors import AclError, check_handle, check_ret, code_name
+from streamer.runtime.acl.options import parse_model_options, parse_options
+from streamer.runtime.acl.sim.backend import AclSimBackend
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_check_ret_names_the_code_and_the_call() -> None:
+    check_ret(0, "acl.rt.malloc")
+    with pytest.raises(
+        AclError, match=r"acltdtEnqueueData failed: ACL_ERROR_RT_QUEUE_FULL \(207014\)"
+    ) as caught:
+        check_ret(207014, "acltdtEnqueueData")
+    assert (caught.value.code, caught.value.name, caught.value.api) == (
+        207014,
+        "ACL_ERROR_RT_QUEUE_FULL",
+        "acltdtEnqueueData",
+    )
+    assert isinstance(caught.value, BackendError)
+    assert code_name(123456) == "UNKNOWN"
+
+
+def test_null_handles() -> None:
+    assert check_handle(0x1000, "acl.mdl.create_dataset") == 0x1000
+    with pytest.raises(AclError, match="NULL handle") as null:
+        check_handle(None, "acltdtCreateQueueAttr")
+    assert null.value.code == AclCode.ERROR_FAILURE
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"queue_depht": 8}, "runtime.options.queue_depht: Extra inputs are not permitted"),
+        (
+            {"queue_depth": 1},
+            "runtime.options.queue_depth: Input should be greater than or equal to 2",
+        ),
+        ({"sim": {"run_mode": "cloud"}}, "runtime.options.sim.run_mode"),
+        ({"sim": {"fail_every_n_executes": 0}}, "runtime.options.sim.fail_every_n_executes"),
+    ],
+)
+def test_invalid_options_name_the_key(options: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        parse_options(options, simulated=True)
+
+
+def test_sim_options_only_for_acl_sim() -> None:
+    with pytest.raises(
+        ConfigError, match=r'runtime\.options\.sim: only valid with runtime\.backend = "acl-sim"'
+    ):
+        parse_options({"sim": {}}, simulated=False)
+    assert parse_options({}, simulated=True).sim is not None
+    assert parse_options({}, simulated=False).sim is None
+
+
+def test_model_options_override_the_runtime_ones() -> None:
+    base = parse_options({"callback_interval": 4}, simulated=False)
+    assert parse_model_options(base, {}, "face").callback_interval == 4
+    assert parse_model_options(base, {"callback_interval": 2}, "face").callback_interval == 2
+    with pytest.raises(ConfigError, match=r"model 'face' options\.sim"):
+        parse_model_options(base, {"sim": {}}, "face")
+
+
+def test_unknown_fail_call_and_too_few_devices_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match=r"fail_calls: unknown \['acl\.rt\.mallok'\]"):
+        AclSimBackend(
+            RuntimeConfig(backend="acl-sim", options={"sim": {"fail_calls": {"acl.rt.mallok": 1}}})
+        )
+    with pytest.raises(
+        ConfigError, match="sim.device_count: 1 devices, but runtime.devices uses device 1"
+    ):
+        AclSimBackend(
+            RuntimeConfig(backend="acl-sim", devices=(0, 1), options={"sim": {"device_count": 1}})
+        )
+
+
+def test_registry_opens_acl_sim() -> None:
+    with open_backend(RuntimeConfig(backend="acl-sim")) as backend:
+        assert isinstance(backend, AclSimBackend) and backend.name == "acl-sim"
+        assert backend.queue_mode_available
+
+
+def test_acl_without_pyacl_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "acl", None)  # makes `import acl` fail, even on a CANN box
+    with pytest.raises(BackendError) as caught:
+        open_backend(RuntimeConfig(backend="acl"))
+    message = str(caught.value)
+    assert "source /usr/local/Ascend/ascend-toolkit/set_env.sh" in message
+    assert "CANN toolkit" in message and '"acl-sim"' in message
+    assert AclBackend.name == "acl"
