@@ -47,7 +47,7 @@ def run(config_path: Path, log_level: str | None, log_format: str | None) -> Non
     config = _load(config_path)
     daemon = config.daemon
     configure_logging(log_level or daemon.log_level, log_format or daemon.log_format)  # type: ignore[arg-type]
-    sys.exit(run_daemon(config))
+    sys.exit(run_daemon(config, config_path))
 
 
 @main.command()

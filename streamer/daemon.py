@@ -1,19 +1,42 @@
-"""Daemon lifecycle: load, start, wait for a signal or a fatal error, drain, release.
+"""Daemon lifecycle: start, the control loop, reload, drain, release.
+
+Start order: the HTTP server (so probes answer while the models load), the models, the
+pipeline's threads and sockets, then ``READY=1`` to systemd and the ``ready`` log line.
+
+The control loop runs on the main thread, one tick every 0.2 s at most (a quarter of the
+watchdog timeout when that is shorter). Each tick checks the pipeline for a failure, reads
+its outcome counts to tell progress from a stall
+(:class:`~streamer.observability.progress.ProgressMonitor`), does the pipeline's
+housekeeping, sends ``WATCHDOG=1`` when a ping is due and the pipeline is not stalled, and
+``STATUS=`` every ``daemon.status_interval_s``. SIGHUP asks for a reload: the config file
+is read again and handed to :meth:`Pipeline.reload` (``RELOADING=1`` … ``READY=1``); a config
+that does not load is rejected and the running one kept. SIGINT and SIGTERM end the loop:
+``STOPPING=1``, ``/readyz`` fails, the pipeline drains for at most ``daemon.drain_timeout_s``
+and the last log line, ``stopped``, gives the counts.
 
 Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 1 when an unrecoverable error stopped the
-daemon (a backend failure, a thread that died), 2 for a bad configuration or model at start.
+daemon (a backend failure, a thread that died, an address in use), 2 for a bad configuration
+or model at start.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 
 import structlog
 
-from streamer.config import Config
+from streamer.config import Config, DaemonConfig, load_config
 from streamer.errors import ConfigError, ModelError, StreamerError
+from streamer.lifecycle import Status
+from streamer.observability.health import HealthServer, HealthState
+from streamer.observability.metrics import PipelineMetrics
+from streamer.observability.progress import ProgressMonitor, status_line
+from streamer.observability.systemd import Notifier
 from streamer.pipeline import Pipeline
 
 __all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_USAGE", "run_daemon"]
@@ -21,65 +44,193 @@ __all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_USAGE", "run_daemon"]
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
-_WATCH_INTERVAL_S = 0.2
+_TICK_S = 0.2
+_HTTP_START_TIMEOUT_S = 5.0
 _log = structlog.get_logger(__name__)
 
 
-def _install_signal_handlers(stop: threading.Event) -> None:
-    def handle(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
-            return
+@dataclass
+class _Requests:
+    """What signal handlers ask of the control loop."""
+
+    stop: threading.Event
+    reload: threading.Event = field(default_factory=threading.Event)
+
+
+def _install_signal_handlers(requests: _Requests) -> None:
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        if not requests.stop.is_set():
+            _log.info("signal_received", signal=signal.Signals(signum).name)
+            requests.stop.set()
+
+    def reload(signum: int, _frame: FrameType | None) -> None:
         _log.info("signal_received", signal=signal.Signals(signum).name)
-        stop.set()
+        requests.reload.set()
 
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, reload)
 
 
-def run_daemon(config: Config, stop: threading.Event | None = None) -> int:
+def run_daemon(config: Config, config_path: Path, stop: threading.Event | None = None) -> int:
     """Run the daemon until ``stop`` is set (by SIGINT/SIGTERM in the main thread).
 
     Args:
-        config: the validated configuration.
-        stop: an event that ends the daemon; signal handlers are installed only when this is
-            None (they need the main thread), so tests can run the daemon in a thread.
+        config: the validated configuration, read from ``config_path``.
+        config_path: the config file, read again on SIGHUP.
+        stop: an event that ends the daemon; signal handlers (SIGINT, SIGTERM, SIGHUP) are
+            installed only when this is None (they need the main thread), so tests can run
+            the daemon in a thread.
 
     Returns:
         The process exit code (see the module docstring).
     """
+    requests = _Requests(stop or threading.Event())
     if stop is None:
-        stop = threading.Event()
-        _install_signal_handlers(stop)
+        _install_signal_handlers(requests)
+    health, metrics = HealthState(), PipelineMetrics()
     try:
-        pipeline = Pipeline.load(config)
+        server = _start_http(config.daemon, health, metrics)
+    except StreamerError as exc:
+        _log.error("start_failed", error=str(exc))
+        return EXIT_FATAL
+    try:
+        return _load_and_serve(config, config_path, requests, health, metrics)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _start_http(
+    daemon: DaemonConfig, health: HealthState, metrics: PipelineMetrics
+) -> HealthServer | None:
+    """Start the HTTP server, or nothing when ``http_address`` is empty.
+
+    Raises:
+        StreamerError: the address could not be bound.
+    """
+    endpoint = daemon.http_endpoint
+    if endpoint is None:
+        return None
+    server = HealthServer(*endpoint, health, metrics.registry)
+    server.launch(_HTTP_START_TIMEOUT_S)
+    return server
+
+
+def _load_and_serve(
+    config: Config,
+    config_path: Path,
+    requests: _Requests,
+    health: HealthState,
+    metrics: PipelineMetrics,
+) -> int:
+    try:
+        pipeline = Pipeline.load(config, metrics)
     except (ConfigError, ModelError) as exc:
         _log.error("start_failed", error=str(exc))
         return EXIT_USAGE
     except StreamerError as exc:
         _log.error("start_failed", error=str(exc))
         return EXIT_FATAL
+    metrics.watch(pipeline.sample)
+    control = _Control(pipeline, config_path, requests, health)
     try:
-        return _serve(pipeline, stop)
+        return control.serve()
     finally:
+        control.close()
         pipeline.close()
 
 
-def _serve(pipeline: Pipeline, stop: threading.Event) -> int:
-    try:
-        pipeline.start()
-    except StreamerError as exc:
-        _log.error("start_failed", error=str(exc))
-        return EXIT_FATAL
-    for model in pipeline.models:
-        _log.info("model_loaded", model=model.info.name, batch_gears=list(model.info.batch_gears))
-    _log.info("ready")
-    while not stop.wait(_WATCH_INTERVAL_S):
-        if (failure := pipeline.failure()) is not None:
-            _log.error("pipeline_failed", error=f"{type(failure).__name__}: {failure}")
-            break
-    failed = pipeline.failure() is not None
-    _log.info("draining", drain_timeout_s=pipeline.config.daemon.drain_timeout_s)
-    drained = pipeline.stop(pipeline.config.daemon.drain_timeout_s)
-    counts = pipeline.counts.snapshot()
-    _log.info("stopped", drained=drained, **counts.as_log_fields())
-    return EXIT_FATAL if failed else EXIT_OK
+class _Control:
+    """The control loop and the notifications it sends; main thread only."""
+
+    def __init__(
+        self, pipeline: Pipeline, config_path: Path, requests: _Requests, health: HealthState
+    ) -> None:
+        daemon = pipeline.config.daemon
+        self._pipeline = pipeline
+        self._config_path = config_path
+        self._requests = requests
+        self._health = health
+        self._notifier = Notifier()
+        self._progress = ProgressMonitor(daemon.stall_timeout_s, time.monotonic())
+        self._ping_s = self._notifier.watchdog_interval_s
+        self._tick_s = min(_TICK_S, self._ping_s / 2) if self._ping_s else _TICK_S
+        self._next_ping_s = 0.0
+        self._next_status_s = time.monotonic() + daemon.status_interval_s
+
+    def serve(self) -> int:
+        """Start the pipeline, run the control loop, drain; returns the exit code."""
+        self._health.set_status(Status.STARTING)
+        try:
+            self._pipeline.start()
+        except StreamerError as exc:
+            _log.error("start_failed", error=str(exc))
+            return EXIT_FATAL
+        for model in self._pipeline.models:
+            gears = list(model.info.batch_gears)
+            _log.info("model_loaded", model=model.info.name, batch_gears=gears)
+        self._health.set_status(Status.RUNNING)
+        self._notifier.ready()
+        _log.info("ready", systemd=self._notifier.enabled, watchdog_interval_s=self._ping_s)
+        failed = self._loop()
+        return self._drain(failed)
+
+    def close(self) -> None:
+        """Release the notification socket."""
+        self._notifier.close()
+
+    def _loop(self) -> bool:
+        """Tick until a stop is requested or the pipeline fails; True when it failed."""
+        while not self._requests.stop.wait(self._tick_s):
+            if (failure := self._pipeline.failure()) is not None:
+                error = f"{type(failure).__name__}: {failure}"
+                _log.error("pipeline_failed", error=error)
+                self._health.set_failure(error)
+                return True
+            self._tick(time.monotonic())
+            if self._requests.reload.is_set():
+                self._reload()
+        return False
+
+    def _tick(self, now_s: float) -> None:
+        snapshot = self._pipeline.counts.snapshot()
+        self._progress.update(snapshot, now_s)
+        stalled_for_s = self._progress.stalled_for_s(now_s)
+        self._health.tick(now_s, stalled_for_s)
+        self._pipeline.housekeeping()
+        if self._ping_s is not None and now_s >= self._next_ping_s and not self._progress.stalled:
+            self._notifier.watchdog()
+            self._next_ping_s = now_s + self._ping_s
+        if now_s >= self._next_status_s:
+            rate = self._progress.rate_per_s(snapshot, now_s)
+            self._notifier.status(status_line(self._progress.state(now_s), snapshot, rate))
+            self._next_status_s = now_s + self._pipeline.config.daemon.status_interval_s
+
+    def _reload(self) -> None:
+        """Read the config file again and hand it to the pipeline (SIGHUP)."""
+        self._requests.reload.clear()
+        self._notifier.reloading()
+        with self._health.reloading():
+            try:
+                config = load_config(self._config_path)
+            except ConfigError as exc:
+                _log.error("reload_rejected", error=str(exc))
+            else:
+                self._pipeline.reload(config)
+        self._notifier.ready()
+
+    def _drain(self, failed: bool) -> int:
+        """STOPPING=1, drain, the final ``stopped`` line; returns the exit code."""
+        self._health.set_status(Status.STOPPING)
+        self._notifier.stopping()
+        timeout_s = self._pipeline.config.daemon.drain_timeout_s
+        _log.info("draining", drain_timeout_s=timeout_s)
+        drained = self._pipeline.stop(timeout_s)
+        self._pipeline.close()  # models and devices are released before the last line
+        self._health.set_status(Status.STOPPED)
+        counts = self._pipeline.counts.snapshot()
+        self._notifier.status(status_line("stopped", counts, 0.0))
+        streams = self._pipeline.stream_stats()
+        _log.info("stopped", drained=drained, **counts.as_log_fields(), **streams)
+        return EXIT_FATAL if failed else EXIT_OK

@@ -1,0 +1,201 @@
+"""Prometheus metrics of one daemon, with the standard client library (``prometheus_client``).
+
+Counters the pipeline already keeps (:class:`~streamer.frames.OutcomeCounts`, source
+statistics, queue sizes) are read at scrape time by a custom collector, so no frame pays for
+them. Only the histograms are observed on the data path, by the egress thread: batch size,
+queue wait and inference time once per batch (a loop over its frames), end-to-end time as
+each result leaves. The split follows Triton's queue / compute / request durations and the
+``latency_ms`` of every result (``queue``, ``infer``, ``total``)::
+
+    streamer_frames_received_total                     counter
+    streamer_frames_published_total                    counter
+    streamer_frames_failed_total{reason}               counter   (error results)
+    streamer_frames_dropped_total{reason}              counter   (not published)
+    streamer_frames_in_flight                          gauge     received - published
+                                                                 - failed - dropped
+    streamer_queue_depth{queue}                        gauge     items waiting for a thread
+    streamer_seq_gap_frames_total                      counter   frames missing in seq gaps
+    streamer_stale_frames_total                        counter   duplicate or late seq
+    streamer_source_restarts_total                     counter   producers restarting a source
+    streamer_sources_active                            gauge
+    streamer_reorder_gave_up_frames_total              counter   missing frames not waited for
+    streamer_reorder_late_frames_total                 counter   frames after they were given up
+    streamer_batch_size{model}                         histogram frames per executed batch
+    streamer_queue_duration_seconds{model}             histogram receive -> inference start
+    streamer_inference_duration_seconds{model}         histogram the batch's execution
+    streamer_end_to_end_duration_seconds{model}        histogram receive -> result sent
+
+plus the library's ``process_*`` (memory, CPU, file descriptors) and ``python_info``. Labels
+are bounded: model names come from the config, reasons from :class:`~streamer.errors.Reason`,
+queue names from the pipeline; there are no per-source labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Histogram, PlatformCollector, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from streamer.frames import Batch, Frame, OutcomeSnapshot
+
+__all__ = ["LATENCY_BUCKETS_S", "PipelineMetrics", "PipelineSample"]
+
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Histogram buckets of the latency metrics, seconds (1 ms to 10 s)."""
+_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
+
+
+_STREAM_METRICS = {
+    "seq_gaps": ("streamer_seq_gap_frames", "Frames missing in seq gaps.", True),
+    "stale_frames": ("streamer_stale_frames", "Frames with a duplicate or late seq.", True),
+    "source_restarts": (
+        "streamer_source_restarts",
+        "Sources whose producer restarted (seq back to 0).",
+        True,
+    ),
+    "active_sources": ("streamer_sources_active", "Sources seen and not evicted.", False),
+    "reorder_gave_up": (
+        "streamer_reorder_gave_up_frames",
+        "Missing frames whose source's results stopped waiting for them (window or timeout).",
+        True,
+    ),
+    "reorder_late": (
+        "streamer_reorder_late_frames",
+        "Frames released out of order, after they had been given up on.",
+        True,
+    ),
+}
+"""``Pipeline.stream_stats()`` key -> (metric name, help, is a counter); a key not listed is
+exported as a gauge named ``streamer_<key>``."""
+
+
+@dataclass(frozen=True)
+class PipelineSample:
+    """What the pipeline reports at one scrape.
+
+    Attributes:
+        outcomes: the frame outcome counts.
+        queue_depths: items waiting in each internal queue, by the name of the thread that
+            takes them (``batcher``: frames; ``dequeue``, ``egress``: batches).
+        streams: per-source stream totals, summed over sources (``seq_gaps``,
+            ``source_restarts``, ``active_sources``, …; see ``_STREAM_METRICS``).
+    """
+
+    outcomes: OutcomeSnapshot
+    queue_depths: Mapping[str, int]
+    streams: Mapping[str, int]
+
+
+class _PipelineCollector(Collector):
+    """Turns a :class:`PipelineSample`, read at scrape time, into metric families."""
+
+    def __init__(self, read: Callable[[], PipelineSample]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        sample = self._read()
+        yield from _outcome_families(sample.outcomes)
+        depth = GaugeMetricFamily(
+            "streamer_queue_depth", "Items waiting in an internal queue.", labels=["queue"]
+        )
+        for name, items in sorted(sample.queue_depths.items()):
+            depth.add_metric([name], items)
+        yield depth
+        for key, value in sorted(sample.streams.items()):
+            name, doc, counter = _STREAM_METRICS.get(key, (f"streamer_{key}", key, False))
+            family = CounterMetricFamily if counter else GaugeMetricFamily
+            yield family(name, doc, value)
+
+
+def _outcome_families(outcomes: OutcomeSnapshot) -> Iterator[Metric]:
+    yield CounterMetricFamily("streamer_frames_received", "Frames received.", outcomes.received)
+    yield CounterMetricFamily(
+        "streamer_frames_published", "Frames published with a result.", outcomes.published
+    )
+    for name, doc, by_reason in (
+        ("streamer_frames_failed", "Frames published as error results.", outcomes.failed),
+        ("streamer_frames_dropped", "Frames dropped (not published).", outcomes.dropped),
+    ):
+        family = CounterMetricFamily(name, doc, labels=["reason"])
+        for reason, count in sorted(by_reason.items()):
+            family.add_metric([reason], count)
+        yield family
+    yield GaugeMetricFamily(
+        "streamer_frames_in_flight",
+        "Frames received and not yet published, failed or dropped.",
+        outcomes.in_flight,
+    )
+
+
+class PipelineMetrics:
+    """The daemon's metrics, in a registry of their own.
+
+    The ``observe_*`` methods are for the egress thread; :attr:`registry` may be read by any
+    thread (the HTTP server's).
+
+    Attributes:
+        registry: what ``/metrics`` exposes.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self._batch_size = Histogram(
+            "streamer_batch_size",
+            "Frames per executed batch (padding rows excluded).",
+            ["model"],
+            buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self._queue_s = self._latency("queue", "Receive to inference start, per frame.")
+        self._inference_s = self._latency("inference", "The batch's execution, per frame.")
+        self._end_to_end_s = self._latency("end_to_end", "Receive to result sent, per frame.")
+
+    def _latency(self, name: str, doc: str) -> Histogram:
+        return Histogram(
+            f"streamer_{name}_duration_seconds",
+            doc,
+            ["model"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+
+    def watch(self, read: Callable[[], PipelineSample]) -> None:
+        """Export what ``read`` returns at every scrape; call once, with the pipeline loaded.
+
+        Args:
+            read: returns the pipeline's current counters and gauges; called by the HTTP
+                thread, so it must be thread-safe.
+        """
+        self.registry.register(_PipelineCollector(read))
+
+    def observe_batch(self, batch: Batch) -> None:
+        """Batch size, and queue wait and inference time of each executed frame.
+
+        Args:
+            batch: a batch back from its model, ``infer_*_ns`` set on the frames it executed
+                (``batch.good``); a batch that executed nothing is ignored.
+        """
+        executed = [f for f in batch.good if f.infer_start_ns]
+        if not executed:
+            return
+        model = executed[0].model
+        self._batch_size.labels(model).observe(len(executed))
+        queue_s, inference_s = self._queue_s.labels(model), self._inference_s.labels(model)
+        for frame in executed:
+            queue_s.observe((frame.infer_start_ns - frame.received_at_ns) / 1e9)
+            inference_s.observe((frame.infer_end_ns - frame.infer_start_ns) / 1e9)
+
+    def observe_sent(self, frame: Frame, done_ns: int) -> None:
+        """End-to-end time of a frame whose result was sent; frames no model ran are ignored.
+
+        Args:
+            frame: the frame, ``received_at_ns`` set.
+            done_ns: ``time.monotonic_ns()`` when its result was encoded and sent.
+        """
+        if frame.model:
+            self._end_to_end_s.labels(frame.model).observe((done_ns - frame.received_at_ns) / 1e9)

@@ -1,0 +1,311 @@
+"""Operating the daemon: systemd notifications, the watchdog on a wedged pipeline, the probes
+and /metrics, on the real daemon subprocess.
+
+systemd's end of sd_notify is played by a real unix datagram socket handed to the daemon as
+``NOTIFY_SOCKET``. The wedged pipeline runs a real ONNX model built here whose ``Loop`` runs
+2**62 times: its first batch never finishes, the way a hung device or driver call behaves.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import onnx
+import pytest
+import zmq
+from onnx import TensorProto, helper
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamer.transport.protocol import encode_frame
+
+from .conftest import Client, Daemon
+
+
+class NotifySocket:
+    """systemd's side of sd_notify: a datagram socket whose messages a thread collects.
+
+    Attributes:
+        messages: ``(time.monotonic() s when received, message)``, in arrival order.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.messages: list[tuple[float, str]] = []
+        self._new: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind(str(path))
+        self._socket.settimeout(0.05)
+        self._closed = threading.Event()
+        self._reader = threading.Thread(target=self._read, name="notify-reader")
+        self._reader.start()
+
+    def env(self, watchdog_usec: int) -> dict[str, str]:
+        """The environment systemd gives a ``Type=notify`` service with ``WatchdogSec=``."""
+        return {"NOTIFY_SOCKET": str(self.path), "WATCHDOG_USEC": str(watchdog_usec)}
+
+    def _read(self) -> None:
+        while not self._closed.is_set():
+            try:
+                message = self._socket.recv(4096).decode()
+            except TimeoutError:
+                continue
+            self.messages.append((time.monotonic(), message))
+            self._new.put(message)
+
+    def wait(self, prefix: str, timeout_s: float = 30.0) -> str:
+        """The next message starting with ``prefix``; those before it are skipped."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                message = self._new.get(timeout=left)
+            except queue.Empty:
+                break
+            if message.startswith(prefix):
+                return message
+        raise AssertionError(f"no {prefix!r} in {timeout_s} s; got {self.texts()[-10:]}")
+
+    def texts(self, since_s: float = 0.0) -> list[str]:
+        """Messages received after ``since_s`` (``time.monotonic()``)."""
+        return [m for t, m in list(self.messages) if t > since_s]
+
+    def close(self) -> None:
+        self._closed.set()
+        self._reader.join()
+        self._socket.close()
+
+
+@pytest.fixture
+def notify(tmp_path: Path) -> Iterator[NotifySocket]:
+    listener = NotifySocket(tmp_path / "notify")
+    yield listener
+    listener.close()
+
+
+def get(url: str) -> tuple[int, Any] | None:
+    """Status and body (JSON when it is) of a GET; None when nothing listens."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            status, body, kind = response.status, response.read(), response.headers
+    except urllib.error.HTTPError as error:
+        with error:
+            status, body, kind = error.code, error.read(), error.headers
+    except urllib.error.URLError:
+        return None
+    if kind["Content-Type"] == "application/json":
+        return status, json.loads(body)
+    return status, body.decode()
+
+
+def wedge_model(path: Path) -> Path:
+    """A model with BlazeFace short range's interface whose execution never ends.
+
+    Input ``input`` float32 (N, 3, 128, 128); outputs ``regressors`` (N, 896, 16) and
+    ``classificators`` (N, 896, 1). A ``Loop`` of 2**62 turns (about 1 µs each on a CPU)
+    feeds both outputs, so onnxruntime can neither skip it nor fold it at load time (its
+    carried value comes from the input).
+    """
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
+        ],
+        "spin",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
+    )
+    nodes = [
+        helper.make_node("ReduceMean", ["input"], ["mean"], axes=[1, 2, 3], keepdims=1),
+        helper.make_node("Reshape", ["mean", "n11"], ["per_frame"]),  # (N, 1, 1)
+        helper.make_node("ReduceMean", ["input"], ["all"], keepdims=0),
+        helper.make_node("Reshape", ["all", "one_dim"], ["v0"]),  # (1,)
+        helper.make_node("Loop", ["trips", "true", "v0"], ["v"], body=body),
+        helper.make_node("Mul", ["per_frame", "zero"], ["z"]),
+        helper.make_node("Add", ["z", "v"], ["t"]),
+        helper.make_node("Expand", ["t", "regressors_shape"], ["regressors"]),
+        helper.make_node("Expand", ["t", "classificators_shape"], ["classificators"]),
+    ]
+    constants = [
+        helper.make_tensor("n11", TensorProto.INT64, [3], [-1, 1, 1]),
+        helper.make_tensor("one_dim", TensorProto.INT64, [1], [1]),
+        helper.make_tensor("trips", TensorProto.INT64, [], [2**62]),
+        helper.make_tensor("true", TensorProto.BOOL, [], [True]),
+        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+        helper.make_tensor("regressors_shape", TensorProto.INT64, [3], [1, 896, 16]),
+        helper.make_tensor("classificators_shape", TensorProto.INT64, [3], [1, 896, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "wedge",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 128, 128])],
+        [
+            helper.make_tensor_value_info("regressors", TensorProto.FLOAT, ["N", 896, 16]),
+            helper.make_tensor_value_info("classificators", TensorProto.FLOAT, ["N", 896, 1]),
+        ],
+        constants,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+    return path
+
+
+def test_notify_sequence_ready_watchdog_status_reload_stopping(
+    start_daemon: Any, connect: Any, notify: NotifySocket, astronaut: np.ndarray
+) -> None:
+    watchdog_s = 1.0
+    daemon: Daemon = start_daemon(
+        daemon_extra="status_interval_s = 0.3",
+        env=notify.env(watchdog_usec=int(watchdog_s * 1e6)),
+    )
+    notify.wait("READY=1")
+    notify.wait("WATCHDOG=1")
+    client: Client = connect(daemon)
+    jpeg = cv2.imencode(".jpg", cv2.resize(astronaut, (256, 256)))[1].tobytes()
+    for seq in range(10):
+        client.send_parts(encode_frame("cam", seq, jpeg, encoding="jpeg"))
+    assert len(client.collect(10)) == 10
+    status = notify.wait("STATUS=running: ")
+    assert "frames/s" in status and "in flight; received " in status
+    daemon.process.send_signal(signal.SIGHUP)
+    notify.wait("RELOADING=1\nMONOTONIC_USEC=")
+    notify.wait("READY=1")
+    for _ in range(3):
+        notify.wait("WATCHDOG=1")  # pings go on after the reload
+    assert daemon.stop() == 0
+    texts = notify.texts()
+    stopping = texts.index("STOPPING=1")
+    assert texts[0] == "READY=1"
+    assert "WATCHDOG=1" not in texts[stopping:]
+    assert texts[-1].startswith(
+        f"STATUS=stopped: 0.0 frames/s, 0 in flight; received {10 + client.probes},"
+    )
+    pings = [t for t, m in notify.messages if m == "WATCHDOG=1"]
+    gaps = np.diff(pings)
+    assert gaps.max() < watchdog_s  # systemd's watchdog never fired
+
+
+def test_a_wedged_pipeline_stops_the_watchdog_and_fails_readiness(
+    start_daemon: Any, notify: NotifySocket, tmp_path: Path, astronaut: np.ndarray
+) -> None:
+    daemon: Daemon = start_daemon(
+        model_path=wedge_model(tmp_path / "wedge.onnx"),
+        drain_timeout_s=1.0,
+        daemon_extra="stall_timeout_s = 1.0\nstatus_interval_s = 0.2",
+        env=notify.env(watchdog_usec=400_000),
+    )
+    notify.wait("WATCHDOG=1")
+    notify.wait("WATCHDOG=1")  # idle is healthy
+    assert get(daemon.http + "/readyz") == (
+        200,
+        {"ready": True, "status": "running", "reasons": []},
+    )
+    with zmq.Context() as context, context.socket(zmq.PUSH) as push:
+        push.setsockopt(zmq.LINGER, 1000)
+        push.connect(daemon.ingress)
+        jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
+        push.send_multipart(encode_frame("cam", 0, jpeg, encoding="jpeg"))
+        daemon.wait_event("pipeline_stalled", 10)
+    stalled_at = time.monotonic()
+    time.sleep(1.2)  # six ping intervals
+    after = notify.texts(since_s=stalled_at + 0.2)
+    assert "WATCHDOG=1" not in after
+    assert any(m.startswith("STATUS=stalled ") for m in after)
+    status, body = get(daemon.http + "/readyz") or (0, {})
+    assert status == 503 and body["reasons"][0].startswith("stalled: no frame completed for ")
+    assert get(daemon.http + "/healthz") == (
+        200,
+        {"alive": True, "status": "running", "reasons": []},
+    )
+
+    daemon.process.send_signal(signal.SIGTERM)
+    notify.wait("STOPPING=1")
+    status, body = get(daemon.http + "/readyz") or (0, {})
+    assert status == 503 and body["status"] in ("stopping", "stopped")
+    assert get(daemon.http + "/healthz") is not None
+    final = daemon.wait_event("stopped", 30)  # after the model close gave up (10 s)
+    assert final["received"] == final["published"] + final["failed"] + final["dropped"] == 1
+    # The wedged run is abandoned after the model's close timeout and the process ends rather
+    # than hang (onnxruntime aborts at interpreter exit under a running session: a non-zero
+    # status, so systemd's Restart=on-failure brings a fresh daemon up).
+    daemon.stop(timeout_s=30)
+    assert any(e.get("event") == "model_close_timeout" for e in daemon.logs)
+
+
+def scrape(daemon: Daemon) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics as {(name, sorted labels): value}."""
+    result = get(daemon.http + "/metrics")
+    assert result is not None and result[0] == 200
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(result[1])
+        for s in family.samples
+    }
+
+
+def test_probes_and_metrics_across_start_run_and_stop(
+    start_daemon: Any, connect: Any, astronaut: np.ndarray
+) -> None:
+    daemon: Daemon = start_daemon(wait_ready=False)
+    answers = []
+    deadline = time.monotonic() + 60
+    while (answer := get(daemon.http + "/readyz")) is None or answer[0] != 200:
+        assert time.monotonic() < deadline and daemon.process.poll() is None, daemon.logs[-10:]
+        if answer is not None:
+            answers.append(answer)
+        time.sleep(0.005)
+    for status, body in answers:  # before ready: 503 while loading models or binding sockets
+        assert status == 503 and body["status"] in ("initializing", "starting"), body
+    daemon.wait_event("ready")
+    assert get(daemon.http + "/healthz") == (
+        200,
+        {"alive": True, "status": "running", "reasons": []},
+    )
+
+    client: Client = connect(daemon)
+    jpeg = cv2.imencode(".jpg", cv2.resize(astronaut, (256, 256)))[1].tobytes()
+    for seq in range(20):
+        client.send_parts(encode_frame("cam", seq, jpeg, encoding="jpeg"))
+    for seq in range(20, 23):
+        client.send_parts(encode_frame("cam", seq, b"not a jpeg", encoding="jpeg"))
+    assert len(client.collect(23)) == 23
+    deadline = time.monotonic() + 10
+    while (values := scrape(daemon))[("streamer_frames_in_flight", ())] != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    good = 20 + client.probes
+    face = (("model", "face"),)
+    assert values[("streamer_frames_received_total", ())] == good + 3
+    assert values[("streamer_frames_published_total", ())] == good
+    assert values[("streamer_frames_failed_total", (("reason", "decode_failed"),))] == 3
+    assert not any(name == "streamer_frames_dropped_total" for name, _ in values)
+    assert values[("streamer_batch_size_sum", face)] == good
+    for latency in ("queue", "inference", "end_to_end"):
+        assert values[(f"streamer_{latency}_duration_seconds_count", face)] == good
+    assert values[("streamer_queue_depth", (("queue", "batcher"),))] == 0
+    assert values[("process_resident_memory_bytes", ())] > 0
+
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["received"] == good + 3 and final["published"] == good
+    assert get(daemon.http + "/healthz") is None

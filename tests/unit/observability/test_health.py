@@ -1,0 +1,130 @@
+"""The probes' answers, and the HTTP server that gives them, on a real loopback socket."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from streamer.errors import StreamerError
+from streamer.lifecycle import Status
+from streamer.observability.health import LOOP_STALE_S, HealthServer, HealthState
+
+
+def test_ready_only_while_running_unstalled_and_not_failed() -> None:
+    health = HealthState()
+    assert health.readiness(0.0) == (
+        503,
+        {"ready": False, "status": "initializing", "reasons": ["initializing: loading models"]},
+    )
+    health.set_status(Status.STARTING)
+    assert health.readiness(0.0)[1]["reasons"] == ["starting: binding sockets"]
+    health.set_status(Status.RUNNING)
+    health.tick(1.0, stalled_for_s=0.0)
+    assert health.readiness(1.0) == (200, {"ready": True, "status": "running", "reasons": []})
+    health.tick(2.0, stalled_for_s=31.04)
+    assert health.readiness(2.0)[1]["reasons"] == ["stalled: no frame completed for 31.0 s"]
+    health.tick(3.0, stalled_for_s=0.0)
+    health.set_failure("BackendError: 10 executions failed in a row")
+    assert health.readiness(3.0)[1]["reasons"] == [
+        "failed: BackendError: 10 executions failed in a row"
+    ]
+    health.set_status(Status.STOPPING)
+    code, body = health.readiness(3.0)
+    assert code == 503 and "stopping: draining frames in flight" in body["reasons"]
+
+
+def test_alive_unless_the_running_control_loop_stopped_ticking() -> None:
+    health = HealthState()
+    assert health.liveness(1000.0)[0] == 200  # loading: no tick expected yet
+    health.set_status(Status.RUNNING)
+    health.tick(0.0, stalled_for_s=0.0)
+    assert health.liveness(LOOP_STALE_S - 1) == (
+        200,
+        {"alive": True, "status": "running", "reasons": []},
+    )
+    code, body = health.liveness(LOOP_STALE_S + 1)
+    assert code == 503 and body["reasons"] == [f"control loop has not run for {LOOP_STALE_S + 1} s"]
+    assert health.readiness(LOOP_STALE_S + 1)[0] == 503
+    with health.reloading():
+        assert health.liveness(LOOP_STALE_S + 1)[0] == 200
+    health.set_status(Status.STOPPING)  # draining: the loop has ended
+    assert health.liveness(LOOP_STALE_S + 1)[0] == 200
+
+
+def get(url: str) -> tuple[int, str, str]:
+    """Status, content type and body of a GET, error statuses included."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[HealthServer, HealthState]]:
+    registry = CollectorRegistry()
+    Counter("demo_things", "Things.", registry=registry).inc(3)
+    health = HealthState()
+    server = HealthServer("127.0.0.1", 0, health, registry)
+    server.launch(5)
+    yield server, health
+    server.stop()
+    server.stop()  # idempotent
+
+
+def test_the_endpoints(server: tuple[HealthServer, HealthState]) -> None:
+    http, health = server
+    base = f"http://127.0.0.1:{http.port}"
+    code, kind, body = get(base + "/readyz")
+    assert (code, kind) == (503, "application/json")
+    assert json.loads(body)["status"] == "initializing"
+    health.set_status(Status.RUNNING)
+    health.tick(time.monotonic(), 0.0)
+    assert json.loads(get(base + "/readyz?verbose=1")[2]) == {
+        "ready": True,
+        "status": "running",
+        "reasons": [],
+    }
+    assert get(base + "/healthz")[0] == 200
+    code, kind, body = get(base + "/metrics")
+    assert code == 200 and kind.startswith("text/plain")
+    assert "demo_things_total 3.0" in body
+    code, _, body = get(base + "/nothing")
+    assert code == 404 and json.loads(body)["paths"] == ["/healthz", "/readyz", "/metrics"]
+
+
+def test_an_address_in_use_fails_the_launch(server: tuple[HealthServer, HealthState]) -> None:
+    http, health = server
+    clash = HealthServer("127.0.0.1", http.port, health, CollectorRegistry())
+    with pytest.raises(StreamerError, match="Address already in use"):
+        clash.launch(5)
+    clash.stop()
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
+def test_an_ipv6_address() -> None:
+    server = HealthServer("::1", 0, HealthState(), CollectorRegistry())
+    server.launch(5)
+    try:
+        result: Any = get(f"http://[::1]:{server.port}/healthz")
+    finally:
+        server.stop()
+    assert result[0] == 200

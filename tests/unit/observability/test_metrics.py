@@ -1,0 +1,80 @@
+"""/metrics text, parsed back with the Prometheus client's own parser."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamer.errors import FrameError, Reason
+from streamer.frames import Batch, Frame, OutcomeSnapshot
+from streamer.observability.metrics import PipelineMetrics, PipelineSample
+
+MS = 1_000_000  # ns
+
+
+def scrape(metrics: PipelineMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample as {(name, sorted labels): value}."""
+    text = generate_latest(metrics.registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_counters_and_gauges_are_read_at_scrape_time() -> None:
+    metrics = PipelineMetrics()
+    outcomes = OutcomeSnapshot(
+        20, 12, {"decode_failed": 2, "inference_failed": 1}, {"queue_full": 3}
+    )
+    sample = PipelineSample(
+        outcomes,
+        {"batcher": 2, "dequeue": 1, "egress": 0},
+        {"seq_gaps": 5, "source_restarts": 1, "active_sources": 2, "new_thing": 7},
+    )
+    metrics.watch(lambda: sample)
+    values = scrape(metrics)
+    assert values[("streamer_frames_received_total", ())] == 20
+    assert values[("streamer_frames_published_total", ())] == 12
+    assert values[("streamer_frames_failed_total", (("reason", "decode_failed"),))] == 2
+    assert values[("streamer_frames_failed_total", (("reason", "inference_failed"),))] == 1
+    assert values[("streamer_frames_dropped_total", (("reason", "queue_full"),))] == 3
+    assert values[("streamer_frames_in_flight", ())] == 20 - 12 - 3 - 3
+    assert values[("streamer_queue_depth", (("queue", "batcher"),))] == 2
+    assert values[("streamer_queue_depth", (("queue", "dequeue"),))] == 1
+    assert values[("streamer_seq_gap_frames_total", ())] == 5
+    assert values[("streamer_source_restarts_total", ())] == 1
+    assert values[("streamer_sources_active", ())] == 2
+    assert values[("streamer_new_thing", ())] == 7
+    assert values[("process_resident_memory_bytes", ())] > 0
+
+
+def frame(seq: int, model: str = "face", received_ms: int = 0) -> Frame:
+    f = Frame("cam", seq, received_ms * MS, 0.0, model=model)
+    f.infer_start_ns, f.infer_end_ns = (received_ms + 10) * MS, (received_ms + 14) * MS
+    return f
+
+
+def test_latencies_split_queue_inference_and_end_to_end_per_model() -> None:
+    metrics = PipelineMetrics()
+    good = [frame(0), frame(1, received_ms=2), frame(2, received_ms=4)]
+    broken = Frame("cam", 3, 0, 0.0)
+    broken.fail(FrameError(Reason.DECODE_FAILED, "cut"))
+    metrics.observe_batch(Batch([*good, broken], good, rows=4))
+    metrics.observe_batch(Batch([broken]))  # nothing executed
+    for f in good:
+        metrics.observe_sent(f, f.received_at_ns + 20 * MS)
+    metrics.observe_sent(broken, 30 * MS)  # no model ran it
+    values = scrape(metrics)
+    face = (("model", "face"),)
+    assert values[("streamer_batch_size_count", face)] == 1
+    assert values[("streamer_batch_size_sum", face)] == 3
+    assert values[("streamer_queue_duration_seconds_count", face)] == 3
+    assert values[("streamer_queue_duration_seconds_sum", face)] == pytest.approx(0.030)
+    assert values[("streamer_inference_duration_seconds_sum", face)] == pytest.approx(0.012)
+    assert values[("streamer_end_to_end_duration_seconds_count", face)] == 3
+    assert values[("streamer_end_to_end_duration_seconds_sum", face)] == pytest.approx(0.060)
+    bucket = (("le", "0.025"), ("model", "face"))
+    assert values[("streamer_end_to_end_duration_seconds_bucket", bucket)] == 3
+    assert not any(labels == (("model", ""),) for _, labels in values)
