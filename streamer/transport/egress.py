@@ -4,7 +4,9 @@ Each finished frame is encoded once (:func:`~streamer.transport.protocol.encode_
 and sent on every ``[[egress]]`` socket; it is then counted as published, or as failed by
 its error's reason. PUB sockets drop for slow subscribers at their high-water mark (ZeroMQ's
 rule); a PUSH socket with no reader is given ``SNDTIMEO`` and a frame that could be sent
-nowhere is counted as dropped (``egress_blocked``) instead of hanging the daemon.
+nowhere is counted as dropped (``egress_blocked``) instead of hanging the daemon. A socket
+with CURVE settings is a CURVE server (:mod:`streamer.transport.security`); its failed
+handshakes are read from its monitor on the periodic tick and logged once per kind.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 import zmq
@@ -23,8 +25,9 @@ from streamer.frames import STOP, Batch, EndOfStream, Frame, OutcomeCounts
 from streamer.lifecycle import Worker
 from streamer.transport.endpoints import EGRESS_TYPES, Endpoint, parse_endpoint
 from streamer.transport.protocol import encode_eos_result, encode_result
+from streamer.transport.security import CurveServer, HandshakeMonitor
 
-__all__ = ["Egress"]
+__all__ = ["Egress", "EgressMetrics", "Sequencer"]
 
 _POLL_S = 0.1
 _PUSH_SEND_TIMEOUT_MS = 1000
@@ -32,15 +35,41 @@ _LINGER_MS = 1000
 _log = structlog.get_logger(__name__)
 
 
+class Sequencer(Protocol):
+    """Restores each source's order (the pipeline's reorder buffer); egress thread only."""
+
+    def push(self, item: Frame | EndOfStream) -> list[Frame | EndOfStream]:
+        """Add a finished item; return what may be sent now, in order."""
+
+    def expire(self) -> list[Frame | EndOfStream]:
+        """Return what waited too long for a missing earlier item."""
+
+    def flush(self) -> list[Frame | EndOfStream]:
+        """Return everything still held (at shutdown), in order per source."""
+
+
+class EgressMetrics(Protocol):
+    """Latency and batch-size histograms (the daemon's metrics); egress thread only."""
+
+    def observe_batch(self, batch: Batch) -> None:
+        """A batch back from its model, before its frames are put in order and sent."""
+
+    def observe_sent(self, frame: Frame, done_ns: int) -> None:
+        """``frame``'s result was sent; ``done_ns`` is its ``done_at`` (monotonic, ns)."""
+
+
 class Egress(Worker):
     """Publish thread for all ``[[egress]]`` sockets.
 
     Args:
-        configs: the egress settings; their URIs are parsed here (ConfigError if bad).
+        configs: the egress settings; their URIs are parsed and CURVE key pairs loaded here
+            (ConfigError if bad).
         context: the daemon's ZeroMQ context; sockets are created in this thread.
         inbox: batches and end-of-stream markers in order, then :data:`STOP`.
+        sequencer: puts each source's results back in arrival order before they are sent.
         counts: outcome counters (published / failed / dropped are counted here).
         abort: set when the pipeline gives up draining.
+        metrics: observes each batch and each sent result, if given.
     """
 
     def __init__(
@@ -48,57 +77,92 @@ class Egress(Worker):
         configs: tuple[EgressConfig, ...],
         context: zmq.Context[Any],
         inbox: queue.SimpleQueue[Any],
+        sequencer: Sequencer,
         counts: OutcomeCounts,
         abort: threading.Event,
+        *,
+        metrics: EgressMetrics | None = None,
     ) -> None:
         super().__init__(name="egress")
         self.endpoints: list[Endpoint] = [
             parse_endpoint(c.uri, EGRESS_TYPES, f"egress {c.name}") for c in configs
         ]
+        self._curves = [CurveServer.from_config(c, f"egress {c.name}") for c in configs]
+        self._monitors: list[HandshakeMonitor] = []
         self._configs = configs
         self._context = context
         self._inbox = inbox
+        self._sequencer = sequencer
         self._counts = counts
         self._abort = abort
+        self._metrics = metrics
         self._sockets: list[zmq.Socket[bytes]] = []
 
     def setup(self) -> None:
-        for config, endpoint in zip(self._configs, self.endpoints, strict=True):
+        for config, endpoint, curve in zip(
+            self._configs, self.endpoints, self._curves, strict=True
+        ):
             socket = self._context.socket(endpoint.socket_type)
             self._sockets.append(socket)
             socket.setsockopt(zmq.LINGER, _LINGER_MS)
             socket.setsockopt(zmq.SNDHWM, config.hwm)
             if endpoint.kind == "push":
                 socket.setsockopt(zmq.SNDTIMEO, _PUSH_SEND_TIMEOUT_MS)
+            if curve is not None:
+                curve.apply(socket)
+                self._monitors.append(HandshakeMonitor(socket, f"egress {config.name}"))
             endpoint.attach(socket)
-            _log.info("egress_ready", egress=config.name, endpoint=str(endpoint))
+            _log.info(
+                "egress_ready", egress=config.name, endpoint=str(endpoint), curve=curve is not None
+            )
 
     def teardown(self) -> None:
+        for monitor in self._monitors:
+            monitor.close()
         for socket in self._sockets:
             socket.close()
 
     def loop(self) -> None:
+        next_expiry = time.monotonic() + _POLL_S
         while not self._abort.is_set():
             try:
                 item = self._inbox.get(timeout=_POLL_S)
             except queue.Empty:
-                continue
+                item = None
             if item is STOP:
+                self._emit(self._sequencer.flush())
                 return
             if isinstance(item, EndOfStream):
-                self._send(encode_eos_result(item))
+                self._emit(self._sequencer.push(item))
             elif isinstance(item, Batch):
+                if self._metrics is not None:
+                    self._metrics.observe_batch(item)
                 for frame in item.frames:
-                    self._publish(frame)
+                    self._emit(self._sequencer.push(frame))
+            if time.monotonic() >= next_expiry:
+                self._emit(self._sequencer.expire())
+                for monitor in self._monitors:
+                    monitor.drain()
+                next_expiry = time.monotonic() + _POLL_S
+
+    def _emit(self, items: list[Frame | EndOfStream]) -> None:
+        for item in items:
+            if isinstance(item, EndOfStream):
+                self._send(encode_eos_result(item))
+            else:
+                self._publish(item)
 
     def _publish(self, frame: Frame) -> None:
-        sent = self._send(encode_result(frame, time.monotonic_ns()))
+        done_ns = time.monotonic_ns()
+        sent = self._send(encode_result(frame, done_ns))
         if not sent:
             self._counts.dropped(Reason.EGRESS_BLOCKED)
         elif frame.error is not None:
             self._counts.failed(frame.error.reason)
         else:
             self._counts.published()
+        if sent and self._metrics is not None:
+            self._metrics.observe_sent(frame, done_ns)
 
     def _send(self, parts: list[bytes]) -> bool:
         sent = False

@@ -3,8 +3,14 @@
 Ingress message, multipart ``[header, payload]`` (a SUB ingress has a topic part first):
 ``header`` is a JSON object with ``v`` (1), ``source`` (str), ``seq`` (int), ``encoding``
 (``jpeg`` | ``png`` | ``raw``) and, for ``raw``, ``shape`` (``[h, w]`` or ``[h, w, c]``),
-``dtype`` and ``color`` (``bgr`` | ``rgb`` | ``gray``); optional ``ts`` (Unix s) and ``meta``
-(object, echoed back). End of stream is a header with ``"eos": true`` and no payload.
+``dtype`` (``uint8`` | ``uint16``) and ``color`` (``bgr`` | ``rgb`` | ``gray``); optional
+``ts`` (Unix s) and ``meta`` (object, echoed back). End of stream is a header with
+``"eos": true`` and no payload.
+
+A message that is not exactly ``[header]`` (end of stream) or ``[header, payload]`` (a frame)
+is a failed frame (``bad_header``) named by whatever source and seq its header gives.
+
+A REP or ROUTER ingress replies to every request with :func:`encode_ack`.
 
 Result message, multipart ``[topic = source, json]``; see :func:`encode_result`.
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +34,15 @@ __all__ = [
     "ENCODINGS",
     "PROTOCOL_VERSION",
     "Header",
+    "encode_ack",
     "encode_eos",
     "encode_eos_result",
     "encode_frame",
     "encode_result",
+    "load_json",
     "parse_header",
+    "read_message",
+    "source_of_unparsable",
 ]
 
 PROTOCOL_VERSION = 1
@@ -67,18 +78,31 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_header(raw: bytes) -> Header:
+def load_json(raw: bytes, what: str) -> Any:
+    """Parse strict JSON (no NaN or Infinity) from a peer.
+
+    Raises:
+        FrameError: ``bad_header`` naming ``what``, for bytes that are not UTF-8 JSON or nest
+            too deeply for the parser (a RecursionError, which would otherwise escape).
+    """
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _bad(f"{what} is not JSON: {exc}") from None
+
+
+def parse_header(raw: bytes | memoryview) -> Header:
     """Parse and validate the JSON header part of an ingress message.
+
+    Args:
+        raw: the header part; its length is checked before it is copied or parsed.
 
     Raises:
         FrameError: reason ``bad_header`` with a detail naming the field at fault.
     """
     if len(raw) > MAX_HEADER_BYTES:
         raise _bad(f"header is {len(raw)} bytes, more than {MAX_HEADER_BYTES}")
-    try:
-        obj = json.loads(raw, parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _bad(f"header is not JSON: {exc}") from None
+    obj = load_json(bytes(raw), "header")
     if not isinstance(obj, dict):
         raise _bad("header is not a JSON object")
     if obj.get("v") != PROTOCOL_VERSION:
@@ -101,17 +125,87 @@ def parse_header(raw: bytes) -> Header:
     return Header(source, seq, encoding, None if ts is None else float(ts), meta, eos, obj)
 
 
-def source_of_unparsable(raw: bytes) -> tuple[str, int]:
-    """Best-effort (source, seq) of a header that failed validation, for its error result."""
+def source_of_unparsable(raw: bytes | memoryview) -> tuple[str, int]:
+    """Best-effort (source, seq) of a header that failed validation, for its error result:
+    ``("", -1)`` for what is not known (also for a header over :data:`MAX_HEADER_BYTES`)."""
+    if len(raw) > MAX_HEADER_BYTES:
+        return "", -1
     try:
-        obj = json.loads(raw, parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError):
+        obj = load_json(bytes(raw), "header")
+    except FrameError:
         return "", -1
     if not isinstance(obj, dict):
         return "", -1
-    source = obj.get("source") if isinstance(obj.get("source"), str) else ""
-    seq = obj.get("seq") if isinstance(obj.get("seq"), int) else -1
-    return source, seq
+    source, seq = obj.get("source"), obj.get("seq")
+    return (
+        source if isinstance(source, str) else "",
+        seq if isinstance(seq, int) and not isinstance(seq, bool) else -1,
+    )
+
+
+def read_message(
+    parts: Sequence[memoryview], received_ns: int, received_at: float
+) -> Frame | EndOfStream:
+    """Turn one native ingress message into a frame or an end-of-stream marker.
+
+    Args:
+        parts: the message parts (a SUB's topic part already removed); the payload is kept
+            as a view, not copied.
+        received_ns: ``time.monotonic_ns()`` at receipt.
+        received_at: wall-clock Unix time (s) at receipt.
+
+    Returns:
+        An :class:`EndOfStream` for a valid one-part end-of-stream message; otherwise a
+        :class:`Frame`, already failed with ``bad_header`` when its header is invalid or the
+        message does not have exactly the parts its header calls for.
+    """
+    raw = parts[0] if parts else b""
+    try:
+        header = parse_header(raw)
+    except FrameError as error:
+        return _failed(error, *source_of_unparsable(raw), received_ns, received_at)
+    if len(parts) != (1 if header.eos else 2):
+        layout = "end of stream is [header]" if header.eos else "a frame is [header, payload]"
+        wrong = _bad(f"{layout}; got {len(parts)} parts")
+        return _failed(wrong, header.source, header.seq, received_ns, received_at)
+    if header.eos:
+        return EndOfStream(header.source, header.seq)
+    return Frame(
+        header.source,
+        header.seq,
+        received_ns,
+        received_at,
+        ts=header.ts,
+        meta=header.meta,
+        encoding=header.encoding,
+        header=header.fields,
+        payload=parts[1],
+    )
+
+
+def _failed(
+    error: FrameError, source: str, seq: int, received_ns: int, received_at: float
+) -> Frame:
+    frame = Frame(source, seq, received_ns, received_at)
+    frame.fail(error)
+    return frame
+
+
+def encode_ack(item: Frame | EndOfStream) -> bytes:
+    """The reply of a REP or ROUTER ingress to one request, sent once the ingress has checked
+    the message (header, image header, size limits) and queued it, before inference.
+
+    JSON: ``{"ok": true, "source", "seq"}`` (with ``"eos": true`` for an end-of-stream
+    message), or ``{"ok": false, "source", "seq", "reason", "detail"}`` for a frame refused at
+    once; ``reason`` is the one its error result carries. A frame that fails later (a corrupt
+    image, inference) was acknowledged ``ok`` and gets its error result on the egress.
+    """
+    body: dict[str, Any] = {"ok": True, "source": item.source, "seq": item.seq}
+    if isinstance(item, EndOfStream):
+        body["eos"] = True
+    elif item.error is not None:
+        body.update(ok=False, reason=item.error.reason, detail=item.error.detail)
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def encode_frame(

@@ -6,16 +6,22 @@ reason; no ``cv2.error`` or ``ValueError`` escapes.
 
 Conversion rules, the same for every encoding:
 
-- 16-bit samples keep their high byte (``v >> 8``), what libpng's ``png_set_strip_16`` does
-  and what ``cv2.IMREAD_COLOR`` gives for a 16-bit PNG (checked against OpenCV 4.14 and 5.0).
+- 16-bit samples (16-bit PNG, raw ``uint16`` arrays) keep their high byte (``v >> 8``), what
+  libpng's ``png_set_strip_16`` does and what ``cv2.IMREAD_COLOR`` gives for a 16-bit PNG
+  (checked against OpenCV 4.14 and 5.0). Samples are never stretched, clipped or wrapped:
+  12-bit data (0-4095) becomes 0-15, so such a producer shifts its samples left by 4 first.
 - Gray becomes BGR by repeating the channel.
-- An alpha channel is composited over **black**: ``c' = round(c * a / 255)``. Black matches
+- An alpha channel (RGBA, gray + alpha, or a palette with a ``tRNS`` chunk, which OpenCV
+  expands to BGRA) is composited over **black**: ``c' = round(c * a / 255)``. Black matches
   the default letterbox border, so a transparent region looks like padding to the model.
 - EXIF orientation is not applied (``cv2.IMREAD_UNCHANGED``): pixels are used as stored, and
   detections refer to them.
 
-Size limits are checked from the image header (PNG ``IHDR``, JPEG ``SOFn``) before any pixel
-is decoded, so a small file that declares a huge image is refused without allocating it.
+:func:`check_payload` validates everything that can be known without decoding a pixel: the
+raw header fields and payload size, or the PNG ``IHDR`` / JPEG ``SOFn`` size, against the
+:class:`DecodeLimits`. :func:`decode_image` runs it first, so a small file that declares a
+huge image is refused without allocating it; an ingress runs it too, to refuse a frame before
+it is queued.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import numpy as np
 
 from streamer.errors import FrameError, Reason
 
-__all__ = ["DecodeLimits", "decode_image", "encoded_size"]
+__all__ = ["RAW_DTYPES", "DecodeLimits", "check_payload", "decode_image", "encoded_size"]
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JPEG_SOI = b"\xff\xd8"
@@ -41,6 +47,9 @@ _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD9)})
 _JPEG_EOI, _JPEG_SOS = 0xD9, 0xDA
 _RAW_COLORS = {1: ("gray",), 3: ("bgr", "rgb"), 4: ("bgr", "rgb")}
+RAW_DTYPES = {"uint8": 1, "uint16": 2}
+"""Sample types a ``raw`` payload may have, with their size in bytes; ``uint16`` is
+little-endian (numpy's ``uint16`` on every platform the daemon runs on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,33 +87,57 @@ def decode_image(
 
     Args:
         encoding: ``jpeg`` | ``png`` | ``raw`` (the header's ``encoding``).
-        payload: the encoded bytes, or for ``raw`` the C-order uint8 array bytes.
+        payload: the encoded bytes, or for ``raw`` the C-order array bytes.
         fields: the wire header; ``raw`` reads ``shape`` (``[h, w]`` or ``[h, w, c]`` with c in
-            1, 3, 4), ``dtype`` (``uint8`` only) and ``color`` (``bgr`` | ``rgb`` | ``gray``;
-            ``gray`` exactly when there is one channel).
+            1, 3, 4), ``dtype`` (``uint8``, or ``uint16`` little-endian) and ``color``
+            (``bgr`` | ``rgb`` | ``gray``; ``gray`` exactly when there is one channel).
         limits: the size limits, checked before decoding.
 
     Returns:
-        uint8 array of shape (height, width, 3), BGR, C-contiguous. A raw ``bgr`` payload is
-        returned without a copy, as a read-only view of ``payload``.
+        uint8 array of shape (height, width, 3), BGR, C-contiguous. A raw ``uint8`` ``bgr``
+        payload is returned without a copy, as a read-only view of ``payload``.
 
     Raises:
-        FrameError: ``bad_header`` (unknown encoding, bad ``shape`` or ``color``),
-            ``unsupported_dtype`` (a raw ``dtype`` other than ``uint8``, or an encoded image
-            with samples that are neither 8- nor 16-bit), ``too_large`` (over ``limits``),
-            ``decode_failed`` (empty, wrong size, corrupt or truncated payload; measured with
-            OpenCV 4.14 and 5.0, a JPEG missing even only its final 2-byte EOI marker is
-            rejected).
+        FrameError: as :func:`check_payload`, and ``decode_failed`` (corrupt or truncated
+            payload; measured with OpenCV 4.14 and 5.0, a JPEG missing even only its final
+            2-byte EOI marker is rejected) or ``unsupported_dtype`` (an encoded image with
+            samples that are neither 8- nor 16-bit).
+    """
+    check_payload(encoding, payload, fields, limits)
+    data = _bytes_view(payload)
+    if encoding == "raw":
+        return _decode_raw(data, fields)
+    return _to_bgr8(_imdecode(data, encoding), limits)
+
+
+def check_payload(
+    encoding: str, payload: bytes | memoryview, fields: Mapping[str, Any], limits: DecodeLimits
+) -> tuple[int, int]:
+    """Validate a frame without decoding a pixel: what an ingress can refuse at once.
+
+    Reads only headers: the raw ``shape``, ``dtype`` and ``color`` fields and the payload's
+    length, or the PNG ``IHDR`` / JPEG ``SOFn`` segment. Allocates nothing in proportion to
+    the image.
+
+    Args:
+        encoding, payload, fields, limits: as for :func:`decode_image`.
+
+    Returns:
+        (width, height) of the image in pixels.
+
+    Raises:
+        FrameError: ``bad_header`` (unknown encoding, bad ``shape``, ``dtype`` or ``color``),
+            ``unsupported_dtype`` (a raw ``dtype`` other than ``uint8`` and ``uint16``),
+            ``too_large`` (over ``limits``; for ``raw`` checked before the payload size),
+            ``decode_failed`` (empty payload, a raw payload whose size does not match its
+            shape, or an encoded payload that is not that format or whose header is
+            missing or corrupt).
     """
     if encoding == "raw":
-        return _decode_raw(payload, fields, limits)
-    decoder = _ENCODED.get(encoding)
-    if decoder is None:
-        raise FrameError(Reason.BAD_HEADER, f"unknown encoding {encoding!r}")
-    data = _bytes_view(payload)
-    width, height = decoder(data)
+        return _check_raw(payload, fields, limits)
+    width, height = encoded_size(encoding, payload)
     limits.check(width, height)
-    return _to_bgr8(_imdecode(data, encoding), limits)
+    return width, height
 
 
 def encoded_size(encoding: str, payload: bytes | memoryview) -> tuple[int, int]:
@@ -287,16 +320,16 @@ _BGR_FROM: dict[tuple[str, int], Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def _decode_raw(
+def _check_raw(
     payload: bytes | memoryview, fields: Mapping[str, Any], limits: DecodeLimits
-) -> np.ndarray:
-    """Validate a ``raw`` frame's header fields and view its payload as an image.
+) -> tuple[int, int]:
+    """Validate a ``raw`` frame's header fields, its size limits, then its payload length.
 
     Raises:
         FrameError: ``bad_header``, ``unsupported_dtype``, ``too_large``, ``decode_failed``.
     """
     shape = _raw_shape(fields.get("shape"))
-    _raw_dtype(fields.get("dtype"))
+    itemsize = _raw_itemsize(fields.get("dtype"))
     channels = shape[2] if len(shape) == 3 else 1
     color = fields.get("color")
     if color not in _RAW_COLORS[channels]:
@@ -305,13 +338,27 @@ def _decode_raw(
             Reason.BAD_HEADER, f"`color` must be {allowed} for {channels} channel(s), got {color!r}"
         )
     limits.check(shape[1], shape[0])
-    data = _bytes_view(payload)
-    expected = math.prod(shape)
-    if data.nbytes != expected:
+    size = _bytes_view(payload).nbytes
+    expected = math.prod(shape) * itemsize
+    if size != expected:
         raise _corrupt(
-            f"raw payload is {data.nbytes} bytes; shape {list(shape)} uint8 needs {expected}"
+            f"raw payload is {size} bytes; shape {list(shape)} {fields['dtype']} needs {expected}"
         )
-    return _BGR_FROM[(color, channels)](np.frombuffer(data, np.uint8).reshape(shape))
+    return shape[1], shape[0]
+
+
+def _decode_raw(data: memoryview, fields: Mapping[str, Any]) -> np.ndarray:
+    """View a checked ``raw`` payload as an image and convert it to BGR uint8.
+
+    ``uint16`` samples keep their high byte: the odd bytes of the little-endian payload, read
+    through a strided view and copied once.
+    """
+    shape = tuple(fields["shape"])
+    samples = np.frombuffer(data, np.uint8)
+    if fields["dtype"] == "uint16":
+        samples = np.ascontiguousarray(samples[1::2])
+    channels = shape[2] if len(shape) == 3 else 1
+    return _BGR_FROM[(fields["color"], channels)](samples.reshape(shape))
 
 
 def _raw_shape(shape: object) -> tuple[int, ...]:
@@ -335,14 +382,16 @@ def _raw_shape(shape: object) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _raw_dtype(dtype: object) -> None:
-    """Only ``uint8`` raw arrays are accepted (DESIGN.md §5).
+def _raw_itemsize(dtype: object) -> int:
+    """Bytes per sample of a raw ``dtype``: ``uint8`` or ``uint16`` (see :data:`RAW_DTYPES`).
 
     Raises:
         FrameError: ``bad_header`` when missing or not a string, ``unsupported_dtype`` else.
     """
     if not isinstance(dtype, str):
         raise FrameError(Reason.BAD_HEADER, f"`dtype` must be a string, got {dtype!r}")
-    if dtype != "uint8":
-        detail = f"raw dtype {dtype!r}; only 'uint8' is supported"
+    itemsize = RAW_DTYPES.get(dtype)
+    if itemsize is None:
+        detail = f"raw dtype {dtype!r}; supported: {', '.join(RAW_DTYPES)}"
         raise FrameError(Reason.UNSUPPORTED_DTYPE, detail)
+    return itemsize

@@ -2,7 +2,12 @@ import pytest
 import zmq
 
 from streamer.errors import ConfigError
-from streamer.transport.endpoints import EGRESS_TYPES, INGRESS_TYPES, parse_endpoint
+from streamer.transport.endpoints import (
+    EGRESS_TYPES,
+    INGRESS_TYPES,
+    parse_endpoint,
+    parse_endpoints,
+)
 
 
 def test_parse_bind_and_connect() -> None:
@@ -25,3 +30,29 @@ def test_malformed(uri: str) -> None:
 def test_type_not_allowed_here() -> None:
     with pytest.raises(ConfigError, match="not allowed"):
         parse_endpoint("pub+bind:tcp://127.0.0.1:1", INGRESS_TYPES, "ingress[0].uri")
+
+
+@pytest.mark.parametrize(
+    ("kind", "socket_type"),
+    [("pull", zmq.PULL), ("sub", zmq.SUB), ("rep", zmq.REP), ("router", zmq.ROUTER)],
+)
+def test_every_ingress_type(kind: str, socket_type: int) -> None:
+    endpoint = parse_endpoint(f"{kind}+connect:ipc:///tmp/x.ipc", INGRESS_TYPES, "ingress")
+    assert endpoint.socket_type == socket_type and not endpoint.bind
+
+
+def test_one_socket_may_have_several_uris() -> None:
+    one = parse_endpoints("sub+connect:tcp://10.0.0.1:5555", INGRESS_TYPES, "ingress cams")
+    assert [str(e) for e in one] == ["sub+connect:tcp://10.0.0.1:5555"]
+    uris = ("sub+connect:tcp://10.0.0.1:5555", "sub+bind:ipc:///tmp/cams.ipc")
+    many = parse_endpoints(uris, INGRESS_TYPES, "ingress cams")
+    assert [(e.kind, e.bind) for e in many] == [("sub", False), ("sub", True)]
+
+
+@pytest.mark.parametrize(
+    ("uris", "message"),
+    [((), "no endpoint"), (("sub+bind:tcp://x:1", "pull+bind:tcp://x:2"), "mix")],
+)
+def test_several_uris_must_share_a_type(uris: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match=f"ingress cams: .*{message}"):
+        parse_endpoints(uris, INGRESS_TYPES, "ingress cams")

@@ -6,11 +6,13 @@ import pytest
 from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
 from streamer.transport.protocol import (
+    encode_ack,
     encode_eos,
     encode_eos_result,
     encode_frame,
     encode_result,
     parse_header,
+    read_message,
     source_of_unparsable,
 )
 
@@ -44,6 +46,7 @@ def test_eos_header() -> None:
         b'{"v": 1, "source": "a", "seq": 0, "encoding": "jpeg", "ts": NaN}',
         b'{"v": 1, "source": "a", "seq": 0, "encoding": "jpeg", "meta": [1]}',
         b"{" * 100_000,
+        b"[" * 60_000,
     ],
 )
 def test_bad_headers_are_bad_header(raw: bytes) -> None:
@@ -78,3 +81,54 @@ def test_error_result_and_eos_result() -> None:
     assert result["error"] == {"reason": "decode_failed", "detail": "bad jpeg"}
     eos = json.loads(encode_eos_result(EndOfStream("cam", 5))[1])
     assert eos["eos"] is True and eos["seq"] == 5
+
+
+def _read(*parts: bytes | memoryview) -> Frame | EndOfStream:
+    return read_message([memoryview(p) for p in parts], 5, 1.0)
+
+
+def test_read_message_frame_keeps_the_payload_as_a_view() -> None:
+    header, payload = encode_frame("cam", 3, b"\xff\xd8jpeg", encoding="jpeg", meta={"a": 1})
+    item = _read(header, payload)
+    assert isinstance(item, Frame) and item.error is None
+    assert (item.source, item.seq, item.encoding, item.meta) == ("cam", 3, "jpeg", {"a": 1})
+    assert isinstance(item.payload, memoryview) and bytes(item.payload) == b"\xff\xd8jpeg"
+    assert (item.received_at_ns, item.received_at) == (5, 1.0)
+
+
+def test_read_message_eos() -> None:
+    item = _read(*encode_eos("cam", 9))
+    assert isinstance(item, EndOfStream) and (item.source, item.seq) == ("cam", 9)
+
+
+@pytest.mark.parametrize(
+    ("parts", "source", "seq", "detail"),
+    [
+        ([encode_frame("cam", 1, b"x", encoding="jpeg")[0]], "cam", 1, "got 1 parts"),
+        ([encode_frame("cam", 2, b"x", encoding="jpeg")[0], b"x", b"y"], "cam", 2, "got 3 parts"),
+        ([encode_eos("cam", 4)[0], b"x"], "cam", 4, "end of stream is [header]"),
+        ([b"{not json", b"x"], "", -1, "not JSON"),
+        ([b"[" * 60_000, b"x"], "", -1, "not JSON"),  # a RecursionError inside json
+        ([b" " * 70_000 + b"{}", b"x"], "", -1, "more than"),
+        ([b'{"v": 1, "source": "s", "seq": true}', b"x"], "s", -1, "seq"),
+    ],
+    ids=["one-part", "three-part", "eos-with-payload", "not-json", "deep", "huge", "bool-seq"],
+)
+def test_read_message_malformed_is_one_bad_header_frame(
+    parts: list[bytes], source: str, seq: int, detail: str
+) -> None:
+    item = _read(*parts)
+    assert isinstance(item, Frame) and item.error is not None
+    assert item.error.reason == Reason.BAD_HEADER and detail in item.error.detail
+    assert (item.source, item.seq, item.payload) == (source, seq, None)
+
+
+def test_ack_says_what_the_ingress_decided() -> None:
+    good = _read(*encode_frame("cam", 1, b"x", encoding="jpeg"))
+    assert json.loads(encode_ack(good)) == {"ok": True, "source": "cam", "seq": 1}
+    eos = _read(*encode_eos("cam", 1))
+    assert json.loads(encode_ack(eos)) == {"ok": True, "source": "cam", "seq": 1, "eos": True}
+    bad = _read(b"{not json", b"x")
+    ack = json.loads(encode_ack(bad))
+    assert ack["ok"] is False and ack["reason"] == "bad_header" and ack["detail"]
+    assert (ack["source"], ack["seq"]) == ("", -1)

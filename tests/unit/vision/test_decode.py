@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamer.errors import FrameError, Reason
-from streamer.vision.decode import DecodeLimits, decode_image, encoded_size
+from streamer.vision.decode import DecodeLimits, check_payload, decode_image, encoded_size
 
 LIMITS = DecodeLimits()
 
@@ -112,6 +112,46 @@ def test_gray_alpha_png_is_composited_over_black() -> None:
     assert (image == round(200 * 128 / 255)).all()
 
 
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def test_palette_png_with_transparency_is_composited_over_black() -> None:
+    """Palette index 0 is opaque red, index 1 transparent white (a tRNS chunk)."""
+    index = np.zeros((4, 6), np.uint8)
+    index[:, 3:] = 1
+    rows = b"".join(b"\x00" + row.tobytes() for row in index)
+    payload = (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 6, 4, 8, 3, 0, 0, 0))
+        + _png_chunk(b"PLTE", bytes([255, 0, 0, 255, 255, 255]))
+        + _png_chunk(b"tRNS", bytes([255, 0]))
+        + _png_chunk(b"IDAT", zlib.compress(rows))
+        + _png_chunk(b"IEND", b"")
+    )
+    image = decode_image("png", payload, {}, LIMITS)
+    _expect_bgr(image, 4, 6)
+    assert (image[:, :3] == (0, 0, 255)).all()
+    assert not image[:, 3:].any()
+
+
+def test_transparent_white_becomes_black(astronaut: np.ndarray) -> None:
+    alpha = np.full((512, 512), 255, np.uint8)
+    alpha[:, 256:] = 0
+    bgra = np.dstack([astronaut, alpha])
+    bgra[:, 256:, :3] = 255
+    image = decode_image("png", _encode(bgra, ".png"), {}, LIMITS)
+    assert np.array_equal(image[:, :256], astronaut[:, :256])
+    assert not image[:, 256:].any()
+
+
+def test_check_payload_reads_sizes_without_decoding(astronaut: np.ndarray) -> None:
+    assert check_payload("png", _encode(astronaut, ".png"), {}, LIMITS) == (512, 512)
+    assert check_payload("jpeg", _encode(astronaut, ".jpg")[:1000], {}, LIMITS) == (512, 512)
+    fields = {"shape": [480, 640, 3], "dtype": "uint8", "color": "bgr"}
+    assert check_payload("raw", bytes(480 * 640 * 3), fields, LIMITS) == (640, 480)
+
+
 # ---- raw arrays --------------------------------------------------------------------------
 
 
@@ -144,6 +184,35 @@ def test_raw_with_alpha(astronaut: np.ndarray, color: str) -> None:
     image = decode_image("raw", *_raw(np.dstack([colour, alpha]), color), LIMITS)
     _expect_bgr(image, 512, 512)
     assert np.abs(image - astronaut * 0.2).max() <= 0.5 + 1e-9
+
+
+def test_raw_uint16_keeps_the_high_byte_like_a_16_bit_png(astronaut: np.ndarray) -> None:
+    noise = np.random.default_rng(4).integers(0, 256, astronaut.shape, dtype=np.uint16)
+    deep = astronaut.astype(np.uint16) * 256 + noise
+    fields = {"shape": list(deep.shape), "dtype": "uint16", "color": "bgr"}
+    raw = decode_image("raw", deep.astype("<u2").tobytes(), fields, LIMITS)
+    _expect_bgr(raw, 512, 512)
+    assert np.array_equal(raw, astronaut)
+    assert np.array_equal(raw, decode_image("png", _encode(deep, ".png"), {}, LIMITS))
+
+
+def test_12_bit_gray_is_scaled_not_clipped_nor_wrapped() -> None:
+    """Values up to 4095 keep their high byte: 0-15, the documented rule, on both paths."""
+    gray = (np.arange(480 * 640) % 4096).astype(np.uint16).reshape(480, 640)
+    fields = {"shape": [480, 640], "dtype": "uint16", "color": "gray"}
+    raw = decode_image("raw", gray.tobytes(), fields, LIMITS)
+    png = decode_image("png", _encode(gray, ".png"), {}, LIMITS)
+    _expect_bgr(raw, 480, 640)
+    assert np.array_equal(raw, png)
+    assert np.array_equal(raw[:, :, 0], (gray >> 8).astype(np.uint8))
+    assert raw.max() == 15
+
+
+def test_raw_uint16_size_counts_two_bytes_per_sample() -> None:
+    fields = {"shape": [4, 4], "dtype": "uint16", "color": "gray"}
+    assert decode_image("raw", bytes(32), fields, LIMITS).shape == (4, 4, 3)
+    error = _reason("raw", bytes(16), fields)
+    assert error.reason == Reason.DECODE_FAILED and "needs 32" in error.detail
 
 
 def test_raw_memoryview_payload(astronaut: np.ndarray) -> None:
@@ -271,7 +340,7 @@ def test_raw_bad_color(shape: list[int], color: object) -> None:
     assert "color" in error.detail
 
 
-@pytest.mark.parametrize("dtype", ["uint16", "float32", "int8", "u1"])
+@pytest.mark.parametrize("dtype", [">u2", "<u2", "float32", "int8", "u1", "bool"])
 def test_raw_unsupported_dtype(dtype: str) -> None:
     fields = {"shape": [4, 4], "dtype": dtype, "color": "gray"}
     assert _reason("raw", bytes(16), fields).reason == Reason.UNSUPPORTED_DTYPE

@@ -1,0 +1,194 @@
+"""CURVE on real loopback sockets: key files, the authenticator, denial logs, fail-closed."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+import zmq.auth
+from structlog.testing import capture_logs
+
+from streamer.config import EgressConfig, IngressConfig
+from streamer.errors import ConfigError
+from streamer.transport.security import (
+    CurveServer,
+    HandshakeMonitor,
+    start_authenticator,
+    write_key_pair,
+)
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> dict[str, Path]:
+    """A server pair; clients ``ok`` (allowed) and ``stranger`` (not)."""
+    write_key_pair(tmp_path / "server", "server")
+    write_key_pair(tmp_path / "clients", "ok")
+    write_key_pair(tmp_path / "others", "stranger")
+    return {
+        "secret": tmp_path / "server" / "server.key_secret",
+        "public": tmp_path / "server" / "server.key",
+        "clients": tmp_path / "clients",
+        "ok": tmp_path / "clients" / "ok.key_secret",
+        "stranger": tmp_path / "others" / "stranger.key_secret",
+    }
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context[Any]]:
+    ctx: zmq.Context[Any] = zmq.Context()
+    yield ctx
+    ctx.term()
+
+
+def _address() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def _config(keys: dict[str, Path]) -> IngressConfig:
+    return IngressConfig(
+        uri="pull+bind:tcp://127.0.0.1:1",
+        curve_secret_key_file=keys["secret"],
+        curve_clients_dir=keys["clients"],
+    )
+
+
+def _client(context: zmq.Context[Any], address: str, pair: Path | None, server: Path) -> Any:
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    if pair is not None:
+        public, secret = zmq.auth.load_certificate(pair)
+        push.curve_publickey, push.curve_secretkey = public, secret
+        push.curve_serverkey = zmq.auth.load_certificate(server)[0]
+    push.connect(address)
+    return push
+
+
+def _messages(pull: zmq.Socket[Any], first_wait_ms: int) -> list[bytes]:
+    """Everything ``pull`` receives until it has been idle for 100 ms (first: longer)."""
+    received: list[bytes] = []
+    while pull.poll(first_wait_ms if not received else 100):
+        received.append(pull.recv())
+    return received
+
+
+def test_key_pair_files(keys: dict[str, Path]) -> None:
+    assert keys["secret"].stat().st_mode & 0o777 == 0o600
+    with pytest.raises(FileExistsError):
+        write_key_pair(keys["secret"].parent, "server")
+    server = CurveServer.from_config(_config(keys), "ingress x")
+    assert server is not None and len(server.public_key) == len(server.secret_key) == 40
+    assert CurveServer.from_config(IngressConfig(uri="pull+bind:tcp://x:1"), "x") is None
+
+
+def test_a_public_key_file_is_no_server_key(keys: dict[str, Path]) -> None:
+    config = _config(keys).model_copy(update={"curve_secret_key_file": keys["public"]})
+    with pytest.raises(ConfigError, match="ingress x: .*no secret key"):
+        CurveServer.from_config(config, "ingress x")
+
+
+@pytest.mark.parametrize("config_class", [IngressConfig, EgressConfig])
+def test_curve_settings_come_in_pairs(config_class: Any, keys: dict[str, Path]) -> None:
+    with pytest.raises(ValueError, match="curve_clients_dir"):
+        config_class(uri="pub+bind:tcp://x:1", curve_secret_key_file=keys["secret"])
+
+
+def test_only_allowed_clients_get_through_and_others_are_logged_once(
+    context: zmq.Context[Any], keys: dict[str, Path]
+) -> None:
+    address = _address()
+    authenticator = start_authenticator(context, [_config(keys)])
+    assert authenticator is not None
+    server = CurveServer.from_config(_config(keys), "ingress x")
+    assert server is not None
+    pull = context.socket(zmq.PULL)
+    pull.setsockopt(zmq.LINGER, 0)
+    server.apply(pull)
+    monitor = HandshakeMonitor(pull, "ingress x")
+    pull.bind(address)
+    clients: list[zmq.Socket[Any]] = []
+    try:
+        with capture_logs() as logs:  # before connecting: handshakes start on connect
+            for name in ("stranger", "stranger", "ok", None):  # None: no CURVE at all
+                pair = keys[name] if name else None
+                clients.append(_client(context, address, pair, keys["public"]))
+            for index, client in enumerate(clients):
+                client.send(str(index).encode())
+            received = _messages(pull, first_wait_ms=5000)
+            time.sleep(0.5)  # refused clients retry their handshakes meanwhile
+            received += _messages(pull, first_wait_ms=100)
+            monitor.drain()
+    finally:
+        for client in clients:
+            client.close()
+        monitor.close()
+        pull.close()
+        authenticator.stop()
+    assert received == [b"2"]
+    events = [e["event"] for e in logs]
+    assert events.count("curve_client_denied") == 1
+    # The plain client retried; each kind of failure (a mechanism mismatch, or the socket
+    # error the server sees when the client noticed the mismatch first) is logged once.
+    failed = [e["error"] for e in logs if e["event"] == "curve_handshake_failed"]
+    assert failed and len(failed) == len(set(failed))
+
+
+def test_without_an_authenticator_a_curve_socket_admits_nobody(
+    context: zmq.Context[Any], keys: dict[str, Path]
+) -> None:
+    address = _address()
+    server = CurveServer.from_config(_config(keys), "ingress x")
+    assert server is not None
+    pull = context.socket(zmq.PULL)
+    pull.setsockopt(zmq.LINGER, 0)
+    server.apply(pull)
+    pull.bind(address)
+    client = _client(context, address, keys["ok"], keys["public"])
+    try:
+        client.send(b"x")
+        assert not pull.poll(500)
+    finally:
+        client.close()
+        pull.close()
+
+
+def test_no_curve_socket_no_authenticator(context: zmq.Context[Any]) -> None:
+    assert start_authenticator(context, [IngressConfig(uri="pull+bind:tcp://x:1")]) is None
+
+
+def test_malformed_key_files_are_config_errors(
+    context: zmq.Context[Any], keys: dict[str, Path], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.key_secret"
+    bad.write_text("not a key\n")
+    config = _config(keys).model_copy(update={"curve_secret_key_file": bad})
+    with pytest.raises(ConfigError, match="ingress x: .*No public key"):
+        CurveServer.from_config(config, "ingress x")
+    (keys["clients"] / "broken.key").write_text("not a key\n")
+    with pytest.raises(ConfigError, match="curve_clients_dir"):
+        start_authenticator(context, [_config(keys)])
+
+
+def test_keygen_tool(tmp_path: Path) -> None:
+    tool = Path(__file__).resolve().parents[3] / "tools" / "keygen.py"
+    run = [sys.executable, str(tool), str(tmp_path), "cam1", "viewer"]
+    made = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "cam1.key",
+        "cam1.key_secret",
+        "viewer.key",
+        "viewer.key_secret",
+    ]
+    again = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "--force" in again.stderr
+    forced = subprocess.run([*run, "--force"], capture_output=True, text=True, timeout=60)
+    assert forced.returncode == 0, forced.stderr
