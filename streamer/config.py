@@ -12,7 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    DirectoryPath,
+    Field,
+    FilePath,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from streamer.errors import ConfigError
 
@@ -26,6 +35,7 @@ __all__ = [
     "Config",
     "DaemonConfig",
     "EgressConfig",
+    "FullPolicy",
     "IngressConfig",
     "ModelConfig",
     "PluginConfig",
@@ -35,6 +45,10 @@ __all__ = [
 ]
 
 MiB = 1024 * 1024
+
+FullPolicy = Literal["block", "drop_oldest", "latest"]
+"""What an ingress does when the queue to the batcher is full (see
+:mod:`streamer.scheduling.admission`)."""
 
 
 class _Strict(BaseModel):
@@ -49,17 +63,96 @@ class DaemonConfig(_Strict):
     drain_timeout_s: float = Field(10.0, gt=0)
     decode_workers: int = Field(0, ge=0, description="0 = one per CPU core")
     queue_size: int = Field(64, ge=1, description="frames buffered between two stages")
+    source_idle_s: float = Field(60.0, gt=0, description="forget a source silent this long")
+    reorder_window: int = Field(64, ge=1, description="frames a source holds for a late one")
+    reorder_timeout_s: float = Field(1.0, gt=0, description="longest wait for a late frame")
+    max_consecutive_failures: int = Field(
+        10, ge=1, description="failed executions in a row that stop the daemon (exit 1)"
+    )
+    http_address: str = Field(
+        "127.0.0.1:9555",
+        description="host:port of /healthz, /readyz and /metrics ([v6]:port for IPv6); "
+        "empty = no HTTP server",
+    )
+    stall_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="frames in flight and none completed for this long = stalled: /readyz "
+        "fails and the systemd watchdog pings stop",
+    )
+    status_interval_s: float = Field(
+        10.0, gt=0, description="seconds between two systemd STATUS= lines"
+    )
+
+    @field_validator("http_address")
+    @classmethod
+    def _host_and_port(cls, address: str) -> str:
+        if address:
+            _split_host_port(address)
+        return address
+
+    @property
+    def http_endpoint(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the HTTP server, or None when it is off."""
+        return _split_host_port(self.http_address) if self.http_address else None
+
+
+def _split_host_port(address: str) -> tuple[str, int]:
+    """Split ``host:port`` (or ``[v6 address]:port``) into its parts; port 0 = any free port.
+
+    Raises:
+        ValueError: no host, or a port that is not an integer in 0..65535.
+    """
+    host, sep, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{address!r}: write an IPv6 address in brackets, e.g. [::1]:9555")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{address!r}: expected host:port with a port in 0..65535")
+    return host, int(port)
 
 
 class IngressConfig(_Strict):
     """``[[ingress]]``: one socket that receives frames."""
 
     name: str = "ingress"
-    uri: str
-    protocol: Literal["native"] = "native"
-    on_full: Literal["block"] = "block"
+    uri: str | tuple[str, ...] = Field(
+        description="an endpoint URI, or a list of URIs of one socket type (one socket)"
+    )
+    protocol: Literal["native", "imagezmq"] = "native"
+    on_full: FullPolicy = Field(
+        "block", description="when the queue to the batcher is full: block | drop_oldest | latest"
+    )
     hwm: int = Field(100, ge=1, description="ZMQ receive high-water mark, messages")
-    max_message_bytes: int = Field(64 * MiB, ge=1024)
+    max_message_bytes: int = Field(
+        64 * MiB, ge=1024, description="ZMQ MAXMSGSIZE: a peer sending more is disconnected"
+    )
+    topics: tuple[str, ...] = Field(
+        (), description="sub, native protocol: accept only these topics (source ids); () = all"
+    )
+    source: str | None = Field(
+        None, min_length=1, description="imagezmq: the source id of every frame, not `msg`"
+    )
+    max_width_px: int = Field(8192, ge=1, description="wider images fail as too_large")
+    max_height_px: int = Field(8192, ge=1, description="taller images fail as too_large")
+    max_pixels: int = Field(40_000_000, ge=1, description="width x height above fails too_large")
+    curve_secret_key_file: FilePath | None = Field(
+        None, description="CURVE server key pair (tools/keygen.py); set to encrypt and authenticate"
+    )
+    curve_clients_dir: DirectoryPath | None = Field(
+        None, description="CURVE: public keys (*.key) of the clients allowed to connect"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IngressConfig:
+        if (self.curve_secret_key_file is None) != (self.curve_clients_dir is None):
+            raise ValueError("set both `curve_secret_key_file` and `curve_clients_dir`, or neither")
+        if self.source is not None and self.protocol != "imagezmq":
+            raise ValueError("`source` applies to protocol = 'imagezmq' only")
+        if self.topics and self.protocol != "native":
+            raise ValueError("`topics` applies to the native protocol only (imagezmq has no topic)")
+        return self
 
 
 class EgressConfig(_Strict):
@@ -68,6 +161,18 @@ class EgressConfig(_Strict):
     name: str = "egress"
     uri: str
     hwm: int = Field(1000, ge=1, description="ZMQ send high-water mark, messages")
+    curve_secret_key_file: FilePath | None = Field(
+        None, description="CURVE server key pair (tools/keygen.py); set to encrypt and authenticate"
+    )
+    curve_clients_dir: DirectoryPath | None = Field(
+        None, description="CURVE: public keys (*.key) of the subscribers allowed to connect"
+    )
+
+    @model_validator(mode="after")
+    def _curve_pair(self) -> EgressConfig:
+        if (self.curve_secret_key_file is None) != (self.curve_clients_dir is None):
+            raise ValueError("set both `curve_secret_key_file` and `curve_clients_dir`, or neither")
+        return self
 
 
 class RuntimeConfig(_Strict):
@@ -83,7 +188,13 @@ class BatchConfig(_Strict):
 
     max_size: int = Field(8, ge=1, description="frames per batch at most")
     max_delay_ms: float = Field(5.0, ge=0, description="wait for the oldest frame at most")
-    gears: tuple[int, ...] = Field((), description="batch sizes a dynamic-batch model runs")
+    gears: tuple[int, ...] = Field(
+        (), description="batch sizes a dynamic-batch model runs; () = the model's own, or "
+        "powers of two up to max_size"
+    )
+    strategy: Literal["upper", "nearest", "lower"] = Field(
+        "upper", description="how a batch is cut into gears: pad up, nearest, or split down"
+    )
 
     @field_validator("gears")
     @classmethod

@@ -66,6 +66,9 @@ class Reason:
     # Reasons for dropped frames (counted, not published).
     SHUTDOWN = "shutdown"
     EGRESS_BLOCKED = "egress_blocked"
+    QUEUE_FULL = "queue_full"
+    SUPERSEDED = "superseded"
+    STALE_SEQ = "stale_seq"
 
 
 class FrameError(StreamerError):

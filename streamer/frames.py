@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,8 +59,13 @@ class Frame:
             (e.g. ``{"detections": [...]}``).
         error: set when the frame failed; it is then published as an error result.
         model: name of the model (stage) that produced ``results``.
-        batched_at_ns, infer_start_ns, infer_end_ns: monotonic timestamps (ns) for the
-            latency split (queue wait, inference).
+        prepared_at_ns, batched_at_ns, infer_start_ns, infer_end_ns: monotonic timestamps
+            (ns) for the latency split: preprocessing done, enqueued in a batch, execution.
+        pending: the future of the decode+preprocess job while it runs on the worker pool.
+        epoch, order: the source's stream epoch (it grows when a producer restarts) and the
+            frame's arrival index within it, from :class:`~streamer.scheduling.sources.
+            SourceTracker`; egress publishes each (source, epoch) in ``order``. ``order``
+            is -1 for frames outside any stream (a header too broken to name its source).
     """
 
     source: str
@@ -79,13 +85,21 @@ class Frame:
     results: dict[str, Any] = field(default_factory=dict)
     error: FrameError | None = None
     model: str = ""
+    prepared_at_ns: int = 0
     batched_at_ns: int = 0
     infer_start_ns: int = 0
     infer_end_ns: int = 0
+    pending: Future[Frame] | None = None
+    epoch: int = 0
+    order: int = -1
 
     def fail(self, error: FrameError) -> None:
         """Mark the frame failed and release its pixel buffers (it goes straight to egress)."""
         self.error = error
+        self.release()
+
+    def release(self) -> None:
+        """Drop the frame's pixel buffers (payload, image, tensor)."""
         self.payload = None
         self.image = None
         self.tensor = None
@@ -120,6 +134,8 @@ class EndOfStream:
     source: str
     seq: int
     received_at: float = field(default_factory=time.time)
+    epoch: int = 0
+    order: int = -1
 
 
 @dataclass(frozen=True)

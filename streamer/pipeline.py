@@ -2,8 +2,9 @@
 
 ::
 
-    ingress ──▶ [decode+preprocess pool] ──▶ inbox ──▶ batcher ══▶ model ══▶ dequeuer ──▶ egress
-    (1/socket)    futures, in order        (bounded)  (enqueue)            (postprocess)
+    ingress ──▶ admission ──▶ batcher ══▶ model ══▶ dequeuer ──▶ egress (reorder, publish)
+    (1/socket)  (bounded, on_full;       (enqueue)            (postprocess)
+                 starts decode+preprocess on the worker pool)
 
 Start order is downstream first (egress, dequeue, batcher, then the ingresses), so nothing is
 received before it can be published. Stop order is upstream first: the ingresses stop
@@ -31,12 +32,18 @@ from streamer.config import Config, ModelConfig
 from streamer.errors import FrameError, Reason, StreamerError
 from streamer.frames import STOP, Frame, OutcomeCounts
 from streamer.lifecycle import Status, Worker
+from streamer.observability.metrics import PipelineMetrics, PipelineSample
 from streamer.runtime import Backend, ModelSpec, QueueModel, open_backend
+from streamer.scheduling.admission import AdmissionQueue
 from streamer.scheduling.batcher import Batcher
 from streamer.scheduling.dequeuer import Dequeuer
 from streamer.scheduling.policy import BatchPolicy
+from streamer.scheduling.reorder import ReorderBuffer
+from streamer.scheduling.sources import SourceTracker
+from streamer.scheduling.swap import StageSwap
 from streamer.transport.egress import Egress
-from streamer.transport.ingress import Ingress
+from streamer.transport.ingress import Ingress, widest_limits
+from streamer.transport.security import CurveAuthenticator, start_authenticator
 from streamer.vision.decode import DecodeLimits, decode_image
 from streamer.vision.postprocess import Postprocessor
 from streamer.vision.preprocess import Preprocessor
@@ -47,6 +54,7 @@ __all__ = ["ModelStage", "Pipeline"]
 _log = structlog.get_logger(__name__)
 _START_TIMEOUT_S = 10.0
 _ABORT_JOIN_S = 2.0
+_SWAP_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -65,6 +73,10 @@ class ModelStage:
         for frame, result in zip(frames, results, strict=True):
             frame.results = result
 
+    def swap_marker(self) -> StageSwap:
+        """The marker that switches the running threads to this stage."""
+        return StageSwap(self.model, self.policy, self.postprocess_batch)
+
 
 def _load_stage(backend: Backend, config: Config, index: int) -> ModelStage:
     model_config = config.models[index]
@@ -82,13 +94,24 @@ def _load_stage(backend: Backend, config: Config, index: int) -> ModelStage:
         return ModelStage(
             model_config,
             model,
-            BatchPolicy.for_model(model_config.batch, model.info, where),
+            BatchPolicy.for_model(model_config.batch, model.info),
             PREPROCESSORS.create(model_config.preprocess, model.info, f"{where}.preprocess"),
             POSTPROCESSORS.create(model_config.postprocess, model.info, f"{where}.postprocess"),
         )
     except BaseException:
         model.close()
         raise
+
+
+def _models_identity(config: Config) -> list[tuple[object, ...]]:
+    """What makes two configs' models the same: their settings and their files' stat."""
+    identity: list[tuple[object, ...]] = []
+    for model in config.models:
+        path = config.model_path(model)
+        stat = path.stat() if path.exists() else None
+        stamp = (stat.st_mtime_ns, stat.st_size) if stat else None
+        identity.append((model.model_dump(exclude={"path", "asset"}), str(path), stamp))
+    return identity
 
 
 def prepare_frame(frame: Frame, preprocess: Preprocessor, limits: DecodeLimits) -> Frame:
@@ -103,6 +126,7 @@ def prepare_frame(frame: Frame, preprocess: Preprocessor, limits: DecodeLimits) 
         frame.payload = None
         frame.height, frame.width = image.shape[:2]
         frame.tensor, frame.transform = preprocess(image)
+        frame.prepared_at_ns = time.monotonic_ns()
     except FrameError as error:
         frame.fail(error)
     except Exception as exc:  # a preprocessing bug fails this frame, not the daemon
@@ -117,22 +141,48 @@ class Pipeline:
     and :meth:`close`, the last on every exit path.
     """
 
-    def __init__(self, config: Config, backend: Backend, stage: ModelStage) -> None:
+    def __init__(
+        self,
+        config: Config,
+        backend: Backend,
+        stage: ModelStage,
+        metrics: PipelineMetrics | None = None,
+    ) -> None:
         self.config = config
+        self.metrics = metrics if metrics is not None else PipelineMetrics()
         self.counts = OutcomeCounts()
         self.status = Status.INITIALIZING
         self._backend = backend
         self._stage = stage
         self._abort = threading.Event()
         self._context: zmq.Context[Any] | None = None
+        self._authenticator: CurveAuthenticator | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._inbox: queue.Queue[Any] = queue.Queue(maxsize=config.daemon.queue_size)
+        daemon = config.daemon
+        self.sources = SourceTracker(daemon.source_idle_s)
+        self.reorder = ReorderBuffer(
+            daemon.reorder_window, daemon.reorder_timeout_s, daemon.source_idle_s
+        )
+        self._inbox = AdmissionQueue(
+            daemon.queue_size,
+            self.sources,
+            self._submit,
+            self.counts,
+            self.reorder.skip,
+            self._abort,
+        )
+        self._submit_lock = threading.Lock()
         self._ingresses: list[Ingress] = []
         self._workers: list[Worker] = []
+        self._queues: dict[str, queue.SimpleQueue[Any]] = {}
 
     @classmethod
-    def load(cls, config: Config) -> Pipeline:
+    def load(cls, config: Config, metrics: PipelineMetrics | None = None) -> Pipeline:
         """Open the backend and load every model, checking it against its config.
+
+        Args:
+            config: the validated configuration.
+            metrics: where the egress thread observes latencies (a new set when None).
 
         Raises:
             ConfigError, ModelError, BackendError: what was loaded is released first.
@@ -143,7 +193,7 @@ class Pipeline:
         except BaseException:
             backend.close()
             raise
-        return cls(config, backend, stage)
+        return cls(config, backend, stage, metrics)
 
     @property
     def models(self) -> list[QueueModel]:
@@ -158,18 +208,37 @@ class Pipeline:
         """
         self.status = Status.STARTING
         self._context = zmq.Context()
+        self._authenticator = start_authenticator(
+            self._context, [*self.config.ingress, *self.config.egress]
+        )
         workers = self.config.daemon.decode_workers or os.cpu_count() or 1
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="prepare")
         ledger: queue.SimpleQueue[Any] = queue.SimpleQueue()
         results: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        stage = self._stage
+        self._queues = {"dequeue": ledger, "egress": results}
+        stage, daemon = self._stage, self.config.daemon
         self._workers = [
-            Egress(self.config.egress, self._context, results, self.counts, self._abort),
-            Dequeuer(stage.model, ledger, results, stage.postprocess_batch, self._abort),
+            Egress(
+                self.config.egress,
+                self._context,
+                results,
+                self.reorder,
+                self.counts,
+                self._abort,
+                metrics=self.metrics,
+            ),
+            Dequeuer(
+                stage.model,
+                ledger,
+                results,
+                stage.postprocess_batch,
+                self._abort,
+                daemon.max_consecutive_failures,
+            ),
             Batcher(stage.model, stage.policy, self._inbox, ledger, self._abort),
         ]
         self._ingresses = [
-            Ingress(c, self._context, self._submit, self._inbox, self.counts, self._abort)
+            Ingress(c, self._context, self._inbox, self.counts, self._abort)
             for c in self.config.ingress
         ]
         try:
@@ -183,9 +252,77 @@ class Pipeline:
         self.status = Status.RUNNING
 
     def _submit(self, frame: Frame) -> Future[Frame]:
+        """Start preparing ``frame`` for the current stage (called under admission's order)."""
         assert self._pool is not None
-        limits = DecodeLimits()
-        return self._pool.submit(prepare_frame, frame, self._stage.preprocess, limits)
+        limits = widest_limits(self.config.ingress)
+        with self._submit_lock:
+            return self._pool.submit(prepare_frame, frame, self._stage.preprocess, limits)
+
+    def reload(self, config: Config) -> bool:
+        """Swap in the models of ``config`` that changed, without losing a frame.
+
+        The new model is loaded beside the running one; a marker then goes down the queues
+        so frames received before it finish on the old model and frames after it run on the
+        new one; the old model is closed once it has nothing in flight. Settings other than
+        ``[[models]]`` need a restart and are reported, not applied.
+
+        Returns:
+            True if the new config is in force (also when nothing changed); False if it was
+            rejected (the old one keeps running; the reason is logged).
+        """
+        sections = ("daemon", "ingress", "egress", "runtime")
+        changed = [k for k in sections if getattr(config, k) != getattr(self.config, k)]
+        if changed:
+            _log.warning("reload_needs_restart", sections=changed)
+        if _models_identity(config) == _models_identity(self.config):
+            _log.info("reload_unchanged")
+            return True
+        try:
+            stage = _load_stage(self._backend, config, 0)
+        except StreamerError as exc:
+            _log.error("reload_rejected", error=str(exc))
+            return False
+        self._swap(stage)
+        update = {"models": config.models, "source_file": config.source_file}
+        self.config = self.config.model_copy(update=update)
+        _log.info("reloaded", model=stage.model.info.name)
+        return True
+
+    def _swap(self, stage: ModelStage) -> None:
+        old, marker = self._stage, stage.swap_marker()
+        with self._submit_lock:
+            self._stage = stage
+            self._inbox.put_marker(marker)
+        if not marker.done.wait(_SWAP_TIMEOUT_S):
+            _log.error("reload_swap_stuck", model=old.model.info.name)
+            return
+        old.model.close()
+
+    def housekeeping(self) -> None:
+        """Periodic upkeep from the control loop: forget sources idle past ``source_idle_s``."""
+        self.sources.evict_idle()
+
+    def stream_stats(self) -> dict[str, int]:
+        """Per-source stream totals for logs and metrics (see SourceTracker, ReorderBuffer)."""
+        stats = self.sources.stats()
+        return {
+            "seq_gaps": stats.seq_gaps,
+            "stale_frames": stats.stale,
+            "source_restarts": stats.restarts,
+            "active_sources": stats.active_sources,
+            "reorder_gave_up": self.reorder.gave_up,
+            "reorder_late": self.reorder.late,
+        }
+
+    def sample(self) -> PipelineSample:
+        """Counters and gauges for ``/metrics``, read at scrape time; any thread."""
+        depths = {name: q.qsize() for name, q in self._queues.items()}
+        depths["batcher"] = self._inbox.qsize()
+        flushes: dict[str, int] = {}
+        for worker in self._workers:
+            if isinstance(worker, Batcher):
+                flushes.update(worker.flushes)
+        return PipelineSample(self.counts.snapshot(), depths, self.stream_stats(), flushes)
 
     def failure(self) -> BaseException | None:
         """The first error that ended a pipeline thread, if any (the daemon then stops)."""
@@ -209,7 +346,7 @@ class Pipeline:
             ingress.join(max(0.0, deadline - time.monotonic()))
         if self.failure() is not None:
             self._abort.set()
-        self._put_stop(deadline)
+        self._inbox.put_marker(STOP)
         drained = self._join_all(max(0.0, deadline - time.monotonic()))
         if not drained:
             _log.warning("drain_timeout", drain_timeout_s=drain_timeout_s)
@@ -222,13 +359,6 @@ class Pipeline:
         self.status = Status.STOPPED
         return drained and lost == 0
 
-    def _put_stop(self, deadline: float) -> None:
-        while not self._abort.is_set() and time.monotonic() < deadline:
-            try:
-                self._inbox.put(STOP, timeout=0.1)
-                return
-            except queue.Full:
-                continue
 
     def _join_all(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -241,6 +371,9 @@ class Pipeline:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._authenticator is not None:
+            self._authenticator.stop()
+            self._authenticator = None
         stuck = [w.name for w in [*self._ingresses, *self._workers] if w.is_alive()]
         if stuck:  # terminating the context would hang on their sockets
             _log.error("threads_stuck", threads=stuck)

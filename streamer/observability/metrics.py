@@ -33,9 +33,15 @@ queue names from the pipeline; there are no per-source labels.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Histogram, PlatformCollector, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -82,11 +88,13 @@ class PipelineSample:
             takes them (``batcher``: frames; ``dequeue``, ``egress``: batches).
         streams: per-source stream totals, summed over sources (``seq_gaps``,
             ``source_restarts``, ``active_sources``, …; see ``_STREAM_METRICS``).
+        flushes: batches the batcher flushed, by reason (``full``, ``deadline``, ``marker``).
     """
 
     outcomes: OutcomeSnapshot
     queue_depths: Mapping[str, int]
     streams: Mapping[str, int]
+    flushes: Mapping[str, int] = field(default_factory=dict)
 
 
 class _PipelineCollector(Collector):
@@ -108,6 +116,12 @@ class _PipelineCollector(Collector):
             name, doc, counter = _STREAM_METRICS.get(key, (f"streamer_{key}", key, False))
             family = CounterMetricFamily if counter else GaugeMetricFamily
             yield family(name, doc, value)
+        flushes = CounterMetricFamily(
+            "streamer_batch_flushes", "Batches flushed by the batcher.", labels=["reason"]
+        )
+        for reason, count in sorted(sample.flushes.items()):
+            flushes.add_metric([reason], count)
+        yield flushes
 
 
 def _outcome_families(outcomes: OutcomeSnapshot) -> Iterator[Metric]:
@@ -151,6 +165,21 @@ class PipelineMetrics:
             buckets=_BATCH_BUCKETS,
             registry=self.registry,
         )
+        self._rows = Counter(
+            "streamer_batch_rows",
+            "Rows executed (frames plus padding); padding ratio = padding_rows / rows.",
+            ["model"],
+            registry=self.registry,
+        )
+        self._padding = Counter(
+            "streamer_batch_padding_rows",
+            "Padding rows executed to fill a batch up to a gear.",
+            ["model"],
+            registry=self.registry,
+        )
+        self._batch_wait_s = self._latency(
+            "batch_wait", "Preprocessed to enqueued: the wait in the batcher, per frame."
+        )
         self._queue_s = self._latency("queue", "Receive to inference start, per frame.")
         self._inference_s = self._latency("inference", "The batch's execution, per frame.")
         self._end_to_end_s = self._latency("end_to_end", "Receive to result sent, per frame.")
@@ -185,10 +214,15 @@ class PipelineMetrics:
             return
         model = executed[0].model
         self._batch_size.labels(model).observe(len(executed))
+        self._rows.labels(model).inc(max(batch.rows, len(executed)))
+        self._padding.labels(model).inc(max(batch.rows - len(executed), 0))
         queue_s, inference_s = self._queue_s.labels(model), self._inference_s.labels(model)
+        wait_s = self._batch_wait_s.labels(model)
         for frame in executed:
             queue_s.observe((frame.infer_start_ns - frame.received_at_ns) / 1e9)
             inference_s.observe((frame.infer_end_ns - frame.infer_start_ns) / 1e9)
+            if frame.prepared_at_ns:
+                wait_s.observe((frame.batched_at_ns - frame.prepared_at_ns) / 1e9)
 
     def observe_sent(self, frame: Frame, done_ns: int) -> None:
         """End-to-end time of a frame whose result was sent; frames no model ran are ignored.

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+import structlog
 
 from streamer.config import RuntimeConfig
 from streamer.errors import BackendError, FrameError, ModelError, Reason
@@ -44,6 +45,8 @@ _ONNX_DTYPES = {
     "tensor(bool)": np.bool_,
 }
 _POLL_S = 0.1
+_CLOSE_TIMEOUT_S = 10.0
+_log = structlog.get_logger(__name__)
 
 
 def _tensor_info(arg: Any) -> TensorInfo:
@@ -110,7 +113,9 @@ class OnnxModel(QueueModel):
         self._pending: queue.SimpleQueue[Sequence[np.ndarray] | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[InferenceOutputs] = queue.SimpleQueue()
         self._closed = threading.Event()
-        self._worker = threading.Thread(target=self._run, name=f"onnx-{spec.name}")
+        # A daemon thread: a session.run wedged in native code cannot be interrupted, and it
+        # must not keep the process alive after close() gave up on it.
+        self._worker = threading.Thread(target=self._run, name=f"onnx-{spec.name}", daemon=True)
         self._worker.start()
 
     def enqueue(self, inputs: Sequence[np.ndarray]) -> None:
@@ -128,11 +133,15 @@ class OnnxModel(QueueModel):
         return done
 
     def close(self) -> None:
+        """Stop the worker after the batches already enqueued; give up after 10 s (a run
+        wedged in onnxruntime), leaving the daemon thread behind."""
         if self._closed.is_set():
             return
         self._closed.set()
         self._pending.put(None)
-        self._worker.join()
+        self._worker.join(_CLOSE_TIMEOUT_S)
+        if self._worker.is_alive():
+            _log.error("model_close_timeout", model=self.info.name, timeout_s=_CLOSE_TIMEOUT_S)
 
     def _run(self) -> None:
         while (inputs := self._pending.get()) is not None:

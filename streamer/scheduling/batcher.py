@@ -1,10 +1,14 @@
 """The batcher: the one thread that enqueues into a model replica (DESIGN.md §2).
 
-It takes prepared frames in arrival order, groups them until ``max_size`` frames are in hand
-or the oldest has waited ``max_delay_ms`` since it was received, stacks their tensors into one
-padded batch, enqueues it, and records the batch in the *ledger* the dequeue thread reads.
-After the deadline it still takes every frame already waiting (up to ``max_size``) before it
-flushes, so batches grow on their own under load.
+It takes prepared frames in arrival order and groups them by input shape (frames of
+different resolution gears never share a batch). A group is flushed when it holds
+``max_size`` frames, when its oldest frame has waited ``max_delay_ms`` since it was received
+(the *deadline*), or when a marker (end of stream, swap, stop) comes. After a deadline it
+still takes every frame already waiting before it flushes, so batches grow on their own under
+load. A flushed group is cut into executions at the model's gears
+(:meth:`BatchPolicy.plan`), each stacked into one padded array, enqueued, and recorded in the
+*ledger* the dequeue thread reads. Failed frames go to the ledger at once; egress puts every
+source back in order.
 """
 
 from __future__ import annotations
@@ -12,21 +16,40 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
 from streamer.errors import BackendError, FrameError, Reason
-from streamer.frames import STOP, Batch, EndOfStream, Frame
+from streamer.frames import STOP, Batch, Frame
 from streamer.lifecycle import Worker
 from streamer.runtime.base import QueueModel
 from streamer.scheduling.policy import BatchPolicy
+from streamer.scheduling.swap import StageSwap
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "Inbox"]
 
 _POLL_S = 0.1
 _EMPTY = object()
+
+
+class Inbox(Protocol):
+    """The batcher's input (the pipeline's admission queue)."""
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Oldest item within ``timeout`` s; raises queue.Empty."""
+
+    def get_nowait(self) -> Any:
+        """Oldest item now; raises queue.Empty."""
+
+
+@dataclass(slots=True)
+class _Group:
+    """Pending frames of one input shape."""
+
+    deadline_ns: int
+    frames: list[Frame] = field(default_factory=list)
 
 
 class Batcher(Worker):
@@ -34,19 +57,22 @@ class Batcher(Worker):
 
     Args:
         model: the replica; only this thread calls its ``enqueue``.
-        policy: batch size, deadline and padding.
-        inbox: frames (or futures of frames being prepared), :class:`EndOfStream` markers and
-            finally :data:`STOP`, in arrival order.
-        ledger: receives every :class:`Batch` (also those with no good frame),
-            :class:`EndOfStream` marker and finally :data:`STOP`, in order.
+        policy: batch size, deadline and gears.
+        inbox: frames (whose preprocessing may still be ``pending``), end-of-stream and
+            :class:`StageSwap` markers and finally :data:`STOP`, in arrival order.
+        ledger: receives every :class:`Batch` (also those with no good frame), every marker
+            and finally :data:`STOP`, in the order of enqueueing.
         abort: set when the pipeline gives up draining; the thread then returns at once.
+
+    Attributes:
+        flushes: batches flushed, by reason: ``full``, ``deadline`` or ``marker``.
     """
 
     def __init__(
         self,
         model: QueueModel,
         policy: BatchPolicy,
-        inbox: queue.Queue[Any],
+        inbox: Inbox,
         ledger: queue.SimpleQueue[Any],
         abort: threading.Event,
     ) -> None:
@@ -56,9 +82,9 @@ class Batcher(Worker):
         self._inbox = inbox
         self._ledger = ledger
         self._abort = abort
-        self._pending: list[Frame] = []
-        self._good = 0
-        self._deadline_ns = 0
+        self._groups: dict[tuple[int, ...], _Group] = {}
+        # Fixed keys: the metrics thread may read it while this thread counts.
+        self.flushes = dict.fromkeys(("full", "deadline", "marker"), 0)
 
     def setup(self) -> None:
         self._model.attach_thread()
@@ -67,22 +93,24 @@ class Batcher(Worker):
         while not self._abort.is_set():
             item = self._take()
             if item is _EMPTY:
-                self._flush()
-            elif item is STOP or isinstance(item, EndOfStream):
-                self._flush()
+                self._flush_due()
+            elif isinstance(item, Frame):
+                self._add(item)
+            else:
+                self._flush_all()
                 self._ledger.put(item)
                 if item is STOP:
                     return
-            else:
-                self._add(item.result() if isinstance(item, Future) else item)
+                if isinstance(item, StageSwap):
+                    self._swap(item)
 
     def _take(self) -> Any:
-        """Next item; ``_EMPTY`` when the pending batch is due and nothing more is waiting."""
+        """Next item; ``_EMPTY`` when a group is due and nothing more is waiting."""
         while not self._abort.is_set():
-            if not self._pending:
-                timeout = _POLL_S
-            else:
-                timeout = min((self._deadline_ns - time.monotonic_ns()) / 1e9, _POLL_S)
+            timeout = _POLL_S
+            if self._groups:
+                due = min(g.deadline_ns for g in self._groups.values())
+                timeout = min((due - time.monotonic_ns()) / 1e9, _POLL_S)
                 if timeout <= 0:
                     try:
                         return self._inbox.get_nowait()
@@ -94,23 +122,48 @@ class Batcher(Worker):
                 continue
         return STOP
 
-    def _add(self, frame: Frame) -> None:
-        if not self._pending:
-            self._deadline_ns = frame.received_at_ns + self._policy.max_delay_ns
-        self._pending.append(frame)
-        if frame.error is None:
-            self._good += 1
-            if self._good >= self._policy.max_size:
-                self._flush()
+    def _swap(self, swap: StageSwap) -> None:
+        self._model, self._policy = swap.model, swap.policy
+        self._model.attach_thread()
 
-    def _flush(self) -> None:
-        if not self._pending:
+    def _add(self, frame: Frame) -> None:
+        if frame.pending is not None:
+            frame.pending.result()
+            frame.pending = None
+        if frame.error is not None or frame.tensor is None:
+            self._ledger.put(Batch([frame]))
             return
-        batch = Batch(self._pending, [f for f in self._pending if f.error is None])
-        self._pending, self._good = [], 0
+        key = frame.tensor.shape
+        group = self._groups.get(key)
+        if group is None:
+            deadline = frame.received_at_ns + self._policy.max_delay_ns
+            group = self._groups[key] = _Group(deadline)
+        group.frames.append(frame)
+        if len(group.frames) >= self._policy.max_size:
+            self._flush(key, "full")
+
+    def _flush_due(self) -> None:
+        now = time.monotonic_ns()
+        for key in [k for k, g in self._groups.items() if g.deadline_ns <= now]:
+            self._flush(key, "deadline")
+
+    def _flush_all(self) -> None:
+        for key in list(self._groups):
+            self._flush(key, "marker")
+
+    def _flush(self, key: tuple[int, ...], reason: str) -> None:
+        frames = self._groups.pop(key).frames
+        self.flushes[reason] += 1
+        start = 0
+        for execution in self._policy.plan(len(frames)):
+            batch = Batch(frames[start : start + execution.frames])
+            batch.good, batch.rows = list(batch.frames), execution.rows
+            start += execution.frames
+            self._enqueue(batch)
+
+    def _enqueue(self, batch: Batch) -> None:
         try:
-            if batch.good:
-                self._enqueue(batch)
+            self._model.enqueue([self._stack(batch)])
         except BackendError as exc:
             error = FrameError(Reason.INFERENCE_FAILED, str(exc))
             for frame in batch.good:
@@ -120,11 +173,12 @@ class Batcher(Worker):
         finally:
             self._ledger.put(batch)
 
-    def _enqueue(self, batch: Batch) -> None:
+    @staticmethod
+    def _stack(batch: Batch) -> np.ndarray:
+        """The batch's tensors in one C-contiguous array of ``batch.rows`` rows, zero-padded."""
         tensors = [f.tensor for f in batch.good]
         first = tensors[0]
         assert first is not None
-        batch.rows = self._policy.rows_for(len(tensors))
         stacked = np.empty((batch.rows, *first.shape), dtype=first.dtype)
         np.stack(tensors, out=stacked[: len(tensors)])  # type: ignore[arg-type]
         stacked[len(tensors) :] = 0
@@ -132,4 +186,4 @@ class Batcher(Worker):
         for frame in batch.good:
             frame.batched_at_ns = now
             frame.tensor = None
-        self._model.enqueue([stacked])
+        return stacked

@@ -1,54 +1,94 @@
-"""Batch sizing: how many frames a batch takes and the size the model executes."""
+"""Batch sizing: how many frames a batch takes and the executions that run them.
+
+A model executes only certain batch sizes, its *gears*: the one size of a static-batch
+model, the gear list of an ACL dynamic-batch model (``acl.mdl.get_dynamic_batch``), or for an
+onnxruntime model with a symbolic batch dim the configured ``gears`` (by default the powers
+of two up to ``max_size``, so onnxruntime sees a bounded set of shapes and its memory stays
+flat). A batch of n frames is cut into executions by the ``strategy`` (the names of MindX
+SDK's ``dynamicStrategy``):
+
+- ``upper`` (default): the smallest gear >= n, padded; beyond the largest gear, full
+  executions at the largest gear and the rest as above. Fewest executions.
+- ``lower``: the largest gear <= n, repeated; a remainder below the smallest gear is padded
+  up to it. Least padding.
+- ``nearest``: the gear closest to n (ties go up), then the same for what is left.
+
+Padding rows are zeros; their outputs are never read.
+"""
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import Literal
 
 from streamer.config import BatchConfig
-from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo
 
-__all__ = ["BatchPolicy"]
+__all__ = ["BatchPolicy", "Execution", "Strategy", "default_gears"]
+
+Strategy = Literal["upper", "nearest", "lower"]
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One model execution: ``frames`` real rows padded to ``rows`` (a gear)."""
+
+    frames: int
+    rows: int
+
+
+def default_gears(max_size: int) -> tuple[int, ...]:
+    """Powers of two below ``max_size``, and ``max_size`` itself: (1, 2, 4, 8) for 8."""
+    gears = {1 << i for i in range(max_size.bit_length()) if 1 << i < max_size}
+    return tuple(sorted(gears | {max_size}))
 
 
 @dataclass(frozen=True)
 class BatchPolicy:
-    """When to flush a batch and how to pad it.
+    """When to flush a batch and how to run it.
 
     Attributes:
-        max_size: frames per batch at most.
+        max_size: frames per batch at most (a batch may take several executions).
         max_delay_ns: how long the oldest frame (since it was received) may wait, ns.
-        gears: batch sizes the model executes (ascending); a batch of n frames is padded to
-            the smallest gear >= n (the ``upper`` strategy of MindX's ``dynamicStrategy``).
-            Empty: the model takes any size and batches are not padded.
+        gears: batch sizes the model executes, ascending; empty: any size, no padding.
+        strategy: how a batch is cut into executions (module docstring).
     """
 
     max_size: int
     max_delay_ns: int
     gears: tuple[int, ...]
+    strategy: Strategy = "upper"
 
     @classmethod
-    def for_model(cls, config: BatchConfig, info: ModelInfo, where: str) -> BatchPolicy:
-        """Fit ``config`` to what the model accepts.
-
-        A static batch B (gears ``(B,)``) pads every batch to B; ``max_size`` above the
-        largest gear is an error, since no execution could take such a batch.
-
-        Raises:
-            ConfigError: ``max_size`` exceeds the largest batch the model executes.
-        """
+    def for_model(cls, config: BatchConfig, info: ModelInfo) -> BatchPolicy:
+        """The policy for ``info``: its own gears, or default ones for a free batch dim."""
         gears = tuple(sorted(info.batch_gears))
-        if gears and config.max_size > gears[-1]:
-            raise ConfigError(
-                f"{where}.batch.max_size = {config.max_size}, but model {info.name!r} executes "
-                f"batches of at most {gears[-1]} (gears {list(gears)}); lower max_size or "
-                "export the model with a dynamic batch"
-            )
-        return cls(config.max_size, int(config.max_delay_ms * 1e6), gears)
+        if not gears and info.dynamic_batch:
+            gears = default_gears(config.max_size)
+        return cls(config.max_size, int(config.max_delay_ms * 1e6), gears, config.strategy)
 
-    def rows_for(self, frames: int) -> int:
-        """The batch size to execute for ``frames`` frames (1 <= frames <= max_size)."""
+    def plan(self, frames: int) -> list[Execution]:
+        """The executions for a batch of ``frames`` frames (1 <= frames)."""
         if not self.gears:
-            return frames
-        return self.gears[bisect.bisect_left(self.gears, frames)]
+            return [Execution(frames, frames)]
+        plan: list[Execution] = []
+        while frames > 0:
+            rows = self._gear_for(frames)
+            plan.append(Execution(min(rows, frames), rows))
+            frames -= rows
+        return plan
+
+    def _gear_for(self, frames: int) -> int:
+        """The gear of the next execution when ``frames`` frames are left."""
+        gears = self.gears
+        if frames >= gears[-1]:
+            return gears[-1]
+        above = bisect.bisect_left(gears, frames)
+        upper = gears[above]
+        if upper == frames or self.strategy == "upper" or above == 0:
+            return upper
+        lower = gears[above - 1]
+        if self.strategy == "lower" or frames - lower < upper - frames:
+            return lower
+        return upper

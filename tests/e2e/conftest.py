@@ -40,9 +40,12 @@ CONFIG = """
 [daemon]
 drain_timeout_s = {drain_timeout_s}
 log_format = "json"
+http_address = "127.0.0.1:{http_port}"
+{daemon_extra}
 
 [[ingress]]
 uri = "pull+bind:tcp://127.0.0.1:{in_port}"
+{ingress_extra}
 
 [[egress]]
 uri = "pub+bind:tcp://127.0.0.1:{out_port}"
@@ -72,10 +75,18 @@ kind = "blazeface"
 class Daemon:
     """A ``streamer run`` subprocess with its JSON log lines collected on a thread."""
 
-    def __init__(self, config_path: Path, in_port: int, out_port: int) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        in_port: int,
+        out_port: int,
+        http_port: int,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.config_path = config_path
         self.ingress = f"tcp://127.0.0.1:{in_port}"
         self.egress = f"tcp://127.0.0.1:{out_port}"
+        self.http = f"http://127.0.0.1:{http_port}"
         self.logs: list[dict[str, Any]] = []
         self._lines: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.process = subprocess.Popen(
@@ -83,7 +94,7 @@ class Daemon:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -150,14 +161,20 @@ def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[.
         drain_timeout_s: float = 10.0,
         model_path: Path | None = None,
         runtime_extra: str = "",
+        daemon_extra: str = "",
+        ingress_extra: str = "",
+        asset: str = "blazeface_short_range",
+        env: dict[str, str] | None = None,
+        wait_ready: bool = True,
     ) -> Daemon:
-        in_port, out_port = free_port(), free_port()
-        source = f'path = "{model_path}"' if model_path else 'asset = "blazeface_short_range"'
+        in_port, out_port, http_port = free_port(), free_port(), free_port()
+        source = f'path = "{model_path}"' if model_path else f'asset = "{asset}"'
         path = tmp_path / f"daemon{len(daemons)}.toml"
         path.write_text(
             CONFIG.format(
                 in_port=in_port,
                 out_port=out_port,
+                http_port=http_port,
                 backend=backend,
                 mode=mode,
                 max_size=max_size,
@@ -165,11 +182,14 @@ def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[.
                 drain_timeout_s=drain_timeout_s,
                 model_source=source,
                 runtime_extra=runtime_extra,
+                daemon_extra=daemon_extra,
+                ingress_extra=ingress_extra,
             )
         )
-        daemon = Daemon(path, in_port, out_port)
+        daemon = Daemon(path, in_port, out_port, http_port, env)
         daemons.append(daemon)
-        daemon.wait_event("ready")
+        if wait_ready:
+            daemon.wait_event("ready")
         return daemon
 
     yield start
@@ -233,3 +253,35 @@ def connect(astronaut: np.ndarray) -> Iterator[Callable[[Daemon], Client]]:
     yield make
     for client in clients:
         client.close()
+
+
+BACKENDS = ("onnxruntime", "acl-sim-queue", "acl-sim-async", "acl-sim-sync")
+"""The daemon configurations the end-to-end suite runs on: the embedded default, and the ACL
+backend on its simulator in each execution mode."""
+
+
+def backend_settings(name: str, model: Path, folder: Path) -> dict[str, Any]:
+    """``start_daemon`` arguments for one of :data:`BACKENDS`.
+
+    For the simulator the model is laid out as on an Ascend box: ``face.om`` in the config,
+    with ``face.onnx`` and the ATC manifest ``face.acl.json`` beside it (queue mode needs a
+    static batch: 4; the other modes get batch gears 1, 2, 4, 8).
+    """
+    if name == "onnxruntime":
+        return {}
+    mode = name.removeprefix("acl-sim-")
+    folder = folder / mode
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "face.onnx").write_bytes(model.read_bytes())
+    if mode == "queue":
+        manifest: dict[str, Any] = {"input_shape": {"input": [4, 3, 128, 128]}}
+    else:
+        manifest = {"input_shape": {"input": [-1, 3, 128, 128]}, "dynamic_batch_size": [1, 2, 4, 8]}
+    (folder / "face.acl.json").write_text(json.dumps(manifest))
+    return {"backend": "acl-sim", "mode": mode, "model_path": folder / "face.om", "max_size": 4}
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path, assets: dict[str, Path]) -> dict[str, Any]:
+    """Each end-to-end test that takes this fixture runs once per backend configuration."""
+    return backend_settings(request.param, assets["blazeface_short_range"], tmp_path / "models")

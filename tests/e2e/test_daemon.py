@@ -37,8 +37,10 @@ def assert_accounted(daemon: Daemon) -> dict[str, Any]:
     return final
 
 
-def test_carphone_video_end_to_end(start_daemon: Any, connect: Any) -> None:
-    daemon = start_daemon()
+def test_carphone_video_end_to_end(
+    start_daemon: Any, connect: Any, backend: dict[str, Any]
+) -> None:
+    daemon = start_daemon(**backend)
     client: Client = connect(daemon)
     produce("carphone.mp4", daemon.ingress, source="carphone", encoding="jpeg")
     results = client.collect(121)
@@ -65,11 +67,12 @@ def send_image(client: Client, source: str, image: np.ndarray, encoding: str) ->
 def test_still_images(
     start_daemon: Any,
     connect: Any,
+    backend: dict[str, Any],
     astronaut: np.ndarray,
     coffee: np.ndarray,
     chelsea: np.ndarray,
 ) -> None:
-    daemon = start_daemon()
+    daemon = start_daemon(**backend)
     client: Client = connect(daemon)
     send_image(client, "astronaut", astronaut, "png")
     send_image(client, "coffee", coffee, "jpeg")
@@ -86,8 +89,10 @@ def test_still_images(
     assert daemon.stop() == 0
 
 
-def test_bad_frames_fail_alone(start_daemon: Any, connect: Any, astronaut: np.ndarray) -> None:
-    daemon = start_daemon()
+def test_bad_frames_fail_alone(
+    start_daemon: Any, connect: Any, backend: dict[str, Any], astronaut: np.ndarray
+) -> None:
+    daemon = start_daemon(**backend)
     client: Client = connect(daemon)
     jpeg = cv2.imencode(".jpg", cv2.resize(astronaut, (640, 480)))[1].tobytes()
     garbage = np.random.default_rng(0).integers(0, 256, 100, dtype=np.uint8).tobytes()
@@ -115,8 +120,10 @@ def test_bad_frames_fail_alone(start_daemon: Any, connect: Any, astronaut: np.nd
     assert final["failed_by_reason"] == {"decode_failed": 3, "bad_header": 1}
 
 
-def test_sigterm_mid_stream_drains_and_exits_zero(start_daemon: Any, connect: Any) -> None:
-    daemon = start_daemon(drain_timeout_s=10.0)
+def test_sigterm_mid_stream_drains_and_exits_zero(
+    start_daemon: Any, connect: Any, backend: dict[str, Any]
+) -> None:
+    daemon = start_daemon(drain_timeout_s=10.0, **backend)
     client: Client = connect(daemon)
     errors: list[Exception] = []
 

@@ -65,3 +65,15 @@ def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.toml")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(write(tmp_path, "[daemon\n"))
+
+
+def test_http_address_takes_host_and_port(tmp_path: Path) -> None:
+    def daemon(address: str) -> str:
+        return MINIMAL + f'[daemon]\nhttp_address = "{address}"\n'
+
+    assert load_config(write(tmp_path, MINIMAL)).daemon.http_endpoint == ("127.0.0.1", 9555)
+    assert load_config(write(tmp_path, daemon("[::1]:0"))).daemon.http_endpoint == ("::1", 0)
+    assert load_config(write(tmp_path, daemon(""))).daemon.http_endpoint is None
+    for bad in ("127.0.0.1", "::1:9555", "localhost:99999", ":9555"):
+        with pytest.raises(ConfigError, match="daemon.http_address"):
+            load_config(write(tmp_path, daemon(bad)))

@@ -12,10 +12,9 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-import pytest
 
 from streamer.config import BatchConfig
-from streamer.errors import ConfigError, FrameError, Reason
+from streamer.errors import FrameError, Reason
 from streamer.frames import STOP, Batch, EndOfStream, Frame
 from streamer.runtime.base import InferenceOutputs, ModelInfo, QueueModel, TensorInfo
 from streamer.scheduling.batcher import Batcher
@@ -117,15 +116,15 @@ def test_deadline_flushes_a_partial_batch() -> None:
     assert ledger.get(timeout=1) is STOP
 
 
-def test_failed_frames_keep_their_place_and_take_no_row() -> None:
+def test_failed_frames_pass_at_once_and_take_no_row() -> None:
     model = EchoModel()
     items = [frame(0), frame(1, failed=True), frame(2), frame(3, failed=True)]
     out = run(model, BatchPolicy(8, 10**10, ()), items)
     assert model.sizes == [2]
     frames = frames_of(out)
-    assert [f.seq for f in frames] == [0, 1, 2, 3]
-    assert [f.error is None for f in frames] == [True, False, True, False]
-    assert frames[2].results == {"sum": 4.0}
+    assert [f.seq for f in frames] == [1, 3, 0, 2]  # egress restores each source's order
+    assert [f.error is None for f in frames] == [False, False, True, True]
+    assert frames[3].results == {"sum": 4.0}
 
 
 def test_end_of_stream_flushes_and_follows_its_frames() -> None:
@@ -155,9 +154,64 @@ def test_a_failed_execution_fails_only_its_batch() -> None:
     ]
 
 
-def test_policy_rejects_max_size_above_the_largest_gear() -> None:
+def test_batches_above_the_largest_gear_are_split() -> None:
     model = EchoModel(gears=(1,))
-    with pytest.raises(ConfigError, match="max_size = 8"):
-        BatchPolicy.for_model(BatchConfig(max_size=8), model.info, "models[0]")
-    policy = BatchPolicy.for_model(BatchConfig(max_size=1), model.info, "models[0]")
-    assert policy.rows_for(1) == 1
+    policy = BatchPolicy.for_model(BatchConfig(max_size=4), model.info)
+    out = run(model, policy, [frame(i) for i in range(4)])
+    assert model.sizes == [1, 1, 1, 1]
+    assert [f.results["sum"] for f in frames_of(out)] == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_lower_strategy_splits_instead_of_padding() -> None:
+    model = EchoModel(gears=(1, 4, 8))
+    policy = BatchPolicy(16, 10**10, (1, 4, 8), "lower")
+    out = run(model, policy, [frame(i) for i in range(13)])
+    assert model.sizes == [8, 4, 1]
+    assert len(frames_of(out)) == 13
+
+
+def test_frames_of_different_shapes_never_share_a_batch() -> None:
+    model = EchoModel()
+    small, large = frame(0), frame(1)
+    large.tensor = np.ones(3, dtype=np.float32)
+    out = run(model, BatchPolicy(8, 10**10, ()), [small, large, frame(2)])
+    assert sorted(model.sizes) == [1, 2]
+    assert {len(b.frames) for b in out if isinstance(b, Batch)} == {1, 2}
+
+
+def test_deadline_flushes_are_counted_by_reason() -> None:
+    model = EchoModel()
+    inbox: queue.Queue[object] = queue.Queue()
+    ledger: queue.SimpleQueue[object] = queue.SimpleQueue()
+    batcher = Batcher(model, BatchPolicy(2, 1_000_000, ()), inbox, ledger, threading.Event())
+    batcher.launch(5)
+    inbox.put(frame(0))
+    ledger.get(timeout=5)
+    for seq in (1, 2, 3):
+        inbox.put(frame(seq))
+    inbox.put(STOP)
+    batcher.join(5)
+    assert batcher.flushes == {"deadline": 1, "full": 1, "marker": 1}
+
+
+def test_plans_per_strategy() -> None:
+    def sizes(strategy: str, n: int) -> list[tuple[int, int]]:
+        policy = BatchPolicy(16, 0, (1, 4, 8), strategy)  # type: ignore[arg-type]
+        return [(e.frames, e.rows) for e in policy.plan(n)]
+
+    assert sizes("upper", 5) == [(5, 8)]
+    assert sizes("upper", 13) == [(8, 8), (5, 8)]
+    assert sizes("lower", 13) == [(8, 8), (4, 4), (1, 1)]
+    assert sizes("nearest", 5) == [(4, 4), (1, 1)]
+    assert sizes("nearest", 6) == [(6, 8)]
+    assert BatchPolicy(8, 0, ()).plan(5)[0].rows == 5
+
+
+def test_default_gears_for_a_free_batch_dim() -> None:
+    tensor = TensorInfo("x", (-1, 2), np.dtype(np.float32))
+    info = ModelInfo("free", (tensor,), (tensor,))
+    assert BatchPolicy.for_model(BatchConfig(max_size=8), info).gears == (1, 2, 4, 8)
+    assert BatchPolicy.for_model(BatchConfig(max_size=6), info).gears == (1, 2, 4, 6)
+    configured = BatchConfig(max_size=8, gears=(1, 8))
+    info = ModelInfo("free", (tensor,), (tensor,), batch_gears=(1, 8))
+    assert BatchPolicy.for_model(configured, info).gears == (1, 8)

@@ -1,0 +1,157 @@
+"""Per-source reordering before egress: each stream's results leave in arrival order.
+
+Frames of one source can finish out of order once stages run in parallel (several model
+replicas, chains). Each frame carries its stream key ``(source, epoch)`` and arrival index
+``order`` (:class:`~streamer.scheduling.sources.SourceTracker`); :meth:`ReorderBuffer.push`
+releases a frame once every earlier frame of its stream was released or reported lost
+(:meth:`skip`). The window is bounded: when a stream holds more than ``window`` frames, or
+its oldest held frame waited ``timeout_s``, the missing frames are given up on and the held
+ones are released, so a lost frame cannot stall its source forever. A frame that arrives
+after it was given up on is released at once (``late``): a result is never thrown away.
+
+Only the egress thread calls :meth:`push` and :meth:`expire`; :meth:`skip` is thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamer.frames import EndOfStream, Frame
+
+__all__ = ["ReorderBuffer"]
+
+Item = Frame | EndOfStream
+_SKIPPED: Any = object()
+
+
+@dataclass(slots=True)
+class _Stream:
+    last_ns: int
+    next_order: int = 0
+    held: dict[int, Any] = field(default_factory=dict)
+    held_since_ns: int = 0
+
+
+class ReorderBuffer:
+    """Releases each stream's frames in ``order``.
+
+    Args:
+        window: frames a stream may hold while it waits for a missing one.
+        timeout_s: longest the oldest held frame waits for a missing earlier one (s).
+        idle_evict_s: a stream with nothing held is forgotten after this long (s).
+    """
+
+    def __init__(self, window: int, timeout_s: float, idle_evict_s: float) -> None:
+        self._window = window
+        self._timeout_ns = int(timeout_s * 1e9)
+        self._idle_ns = int(idle_evict_s * 1e9)
+        self._streams: dict[tuple[str, int], _Stream] = {}
+        self._skipped: list[tuple[tuple[str, int], int]] = []
+        self._skip_lock = threading.Lock()
+        self.gave_up = 0
+        """Frames given up on: not released within the window or the timeout."""
+        self.late = 0
+        """Frames that arrived after they were given up on (released out of order)."""
+
+    def skip(self, frame: Frame) -> None:
+        """Report ``frame`` lost before egress (dropped); thread-safe."""
+        if frame.order >= 0:
+            with self._skip_lock:
+                self._skipped.append(((frame.source, frame.epoch), frame.order))
+
+    def push(self, item: Item) -> list[Item]:
+        """Add a finished item; return what can be published now, in order."""
+        if item.order < 0:
+            return [item]
+        now = time.monotonic_ns()
+        released = self._apply_skips(now)
+        key = (item.source, item.epoch)
+        stream = self._stream(key, now)
+        if item.order < stream.next_order:
+            self.late += 1
+            return [*released, item]
+        if item.order == stream.next_order and not stream.held:
+            stream.next_order += 1
+            released.append(item)
+        else:
+            self._hold(stream, item.order, item, now)
+            released += self._drain(stream)
+            if len(stream.held) > self._window:
+                released += self._give_up(stream)
+        self._forget_if_ended(key, stream, released)
+        return released
+
+    def expire(self, now_ns: int | None = None) -> list[Item]:
+        """Release what waited past ``timeout_s`` and forget idle streams; call it often."""
+        now = time.monotonic_ns() if now_ns is None else now_ns
+        released = self._apply_skips(now)
+        for key, stream in list(self._streams.items()):
+            if stream.held and now - stream.held_since_ns >= self._timeout_ns:
+                out = self._give_up(stream)
+                self._forget_if_ended(key, stream, out)
+                released += out
+            elif not stream.held and now - stream.last_ns > self._idle_ns:
+                del self._streams[key]
+        return released
+
+    def flush(self) -> list[Item]:
+        """Release everything held, giving up on what is missing (at shutdown)."""
+        released = self._apply_skips(time.monotonic_ns())
+        for key, stream in list(self._streams.items()):
+            while stream.held:
+                released += self._give_up(stream)
+            del self._streams[key]
+        return released
+
+    def held(self) -> int:
+        """Items waiting for an earlier one (a gauge)."""
+        return sum(len(s.held) for s in self._streams.values())
+
+    def _stream(self, key: tuple[str, int], now: int) -> _Stream:
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream(now)
+        stream.last_ns = now
+        return stream
+
+    def _hold(self, stream: _Stream, order: int, item: Any, now: int) -> None:
+        if not stream.held:
+            stream.held_since_ns = now
+        stream.held[order] = item
+
+    def _apply_skips(self, now: int) -> list[Item]:
+        with self._skip_lock:
+            skipped, self._skipped = self._skipped, []
+        released: list[Item] = []
+        for key, order in skipped:
+            stream = self._stream(key, now)
+            if order >= stream.next_order:
+                self._hold(stream, order, _SKIPPED, now)
+                out = self._drain(stream)
+                self._forget_if_ended(key, stream, out)
+                released += out
+        return released
+
+    def _drain(self, stream: _Stream) -> list[Item]:
+        released: list[Item] = []
+        while stream.next_order in stream.held:
+            item = stream.held.pop(stream.next_order)
+            stream.next_order += 1
+            if item is not _SKIPPED:
+                released.append(item)
+        if stream.held:
+            stream.held_since_ns = time.monotonic_ns()
+        return released
+
+    def _give_up(self, stream: _Stream) -> list[Item]:
+        first = min(stream.held)
+        self.gave_up += first - stream.next_order
+        stream.next_order = first
+        return self._drain(stream)
+
+    def _forget_if_ended(self, key: tuple[str, int], stream: _Stream, out: list[Item]) -> None:
+        if out and isinstance(out[-1], EndOfStream) and not stream.held:
+            del self._streams[key]

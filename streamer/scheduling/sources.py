@@ -1,0 +1,120 @@
+"""Per-source stream state: sequence checks, restarts, arrival order and idle eviction.
+
+State is keyed by the ``source`` id of the header, never by connection, so a camera may
+reconnect through another socket, or a producer process restart, and its stream goes on.
+
+Rules for the ``seq`` of a frame against the last accepted ``seq`` of its source:
+
+- ``last + 1``: in order.
+- above ``last + 1``: accepted; the frames in between are counted as a *gap*.
+- ``0`` when ``last >= 0``: the producer restarted; a new *epoch* of the source begins
+  (epochs are numbered across all sources, so no per-source history is kept).
+- otherwise (a duplicate or a late frame): dropped with reason ``stale_seq``, since it could
+  only be published out of order.
+
+A source unseen for ``idle_evict_s`` is forgotten (its next frame starts a new epoch), and so
+is a source whose end-of-stream was received.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass
+
+import structlog
+
+from streamer.frames import EndOfStream, Frame
+
+__all__ = ["SourceStats", "SourceTracker"]
+
+_log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class _Stream:
+    epoch: int
+    last_seq: int
+    next_order: int
+    last_seen_ns: int
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """Totals since start: missing frames in seq gaps, stale drops, restarts, live sources."""
+
+    seq_gaps: int
+    stale: int
+    restarts: int
+    active_sources: int
+
+
+class SourceTracker:
+    """Thread-safe: every ingress thread calls :meth:`admit` / :meth:`end` for its frames.
+
+    Args:
+        idle_evict_s: forget a source after this many seconds without a frame.
+    """
+
+    def __init__(self, idle_evict_s: float) -> None:
+        self._idle_ns = int(idle_evict_s * 1e9)
+        self._lock = threading.Lock()
+        self._streams: dict[str, _Stream] = {}
+        self._epochs = itertools.count()
+        self._gaps = self._stale = self._restarts = 0
+
+    def admit(self, frame: Frame) -> bool:
+        """Check ``frame.seq``, and set ``frame.epoch`` and ``frame.order`` if accepted.
+
+        Returns:
+            False when the frame is stale (the caller drops it as ``stale_seq``).
+        """
+        with self._lock:
+            stream = self._streams.get(frame.source)
+            if stream is None or (frame.seq == 0 and stream.last_seq >= 0):
+                if stream is not None:
+                    self._restarts += 1
+                    _log.info("source_restarted", source=frame.source, last_seq=stream.last_seq)
+                stream = self._open(frame.source, frame.received_at_ns)
+            elif frame.seq <= stream.last_seq:
+                self._stale += 1
+                return False
+            else:
+                self._gaps += frame.seq - stream.last_seq - 1
+            stream.last_seq = frame.seq
+            stream.last_seen_ns = frame.received_at_ns
+            frame.epoch, frame.order = stream.epoch, stream.next_order
+            stream.next_order += 1
+            return True
+
+    def end(self, eos: EndOfStream) -> None:
+        """Place ``eos`` after the source's last frame and forget the source."""
+        with self._lock:
+            stream = self._streams.pop(eos.source, None)
+            if stream is not None:
+                eos.epoch, eos.order = stream.epoch, stream.next_order
+
+    def evict_idle(self, now_ns: int | None = None) -> list[str]:
+        """Forget sources idle for longer than ``idle_evict_s``; returns their ids."""
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        with self._lock:
+            idle = [
+                source
+                for source, stream in self._streams.items()
+                if now_ns - stream.last_seen_ns > self._idle_ns
+            ]
+            for source in idle:
+                del self._streams[source]
+        for source in idle:
+            _log.info("source_evicted", source=source)
+        return idle
+
+    def stats(self) -> SourceStats:
+        with self._lock:
+            return SourceStats(self._gaps, self._stale, self._restarts, len(self._streams))
+
+    def _open(self, source: str, now_ns: int) -> _Stream:
+        stream = _Stream(next(self._epochs), -1, 0, now_ns)
+        self._streams[source] = stream
+        return stream

@@ -1,0 +1,176 @@
+"""Backpressure policies, per-source order across producer restarts, and hot reload."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+import zmq
+
+from streamer.transport.protocol import encode_eos, encode_frame
+
+from .conftest import Client, Daemon
+
+
+@pytest.fixture(scope="module")
+def camera_jpegs(assets: dict[str, Path]) -> list[bytes]:
+    """bigbuckbunny's 1280x720 frames as JPEG: slow to decode, so the pipeline is the
+    bottleneck for a producer that only sends bytes."""
+    capture = cv2.VideoCapture(str(assets["bigbuckbunny.mp4"]))
+    jpegs = []
+    while len(jpegs) < 40:
+        ok, image = capture.read()
+        if not ok:
+            break
+        jpegs.append(cv2.imencode(".jpg", image)[1].tobytes())
+    capture.release()
+    return jpegs
+
+
+def peak_rss_mb(daemon: Daemon) -> float:
+    status = Path(f"/proc/{daemon.process.pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def flood(client: Client, source: str, jpegs: list[bytes], count: int) -> None:
+    for seq in range(count):
+        client.send_parts(encode_frame(source, seq, jpegs[seq % len(jpegs)], encoding="jpeg"))
+    client.send_parts(encode_eos(source, count - 1))
+
+
+def results_until_eos(client: Client, source: str, timeout_s: float = 120) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    while True:
+        batch = client.collect(1, timeout_s)
+        assert batch, f"no eos for {source} after {len(results)} results"
+        if batch[0]["source"] != source:
+            continue
+        if batch[0].get("eos"):
+            return results
+        results.append(batch[0])
+
+
+def test_latest_keeps_results_fresh_and_memory_bounded(
+    start_daemon: Any, connect: Any, camera_jpegs: list[bytes]
+) -> None:
+    daemon = start_daemon(ingress_extra='on_full = "latest"\nhwm = 1000')
+    client: Client = connect(daemon)
+    flood(client, "cam", camera_jpegs, 1500)
+    results = results_until_eos(client, "cam")
+    seqs = [r["seq"] for r in results]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert len(results) < 1500 / 3  # most frames were superseded by newer ones
+    assert seqs[-1] == 1499  # the newest frame is never the one dropped
+    assert peak_rss_mb(daemon) < 800
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["dropped_by_reason"].get("superseded", 0) >= 1000
+    assert final["received"] == final["published"] + final["dropped"]
+
+
+def test_block_drops_nothing_and_slows_the_producer(
+    start_daemon: Any, connect: Any, camera_jpegs: list[bytes]
+) -> None:
+    daemon = start_daemon(
+        daemon_extra="queue_size = 8", ingress_extra='on_full = "block"\nhwm = 10'
+    )
+    client: Client = connect(daemon)
+    client.push.setsockopt(zmq.SNDHWM, 10)
+    count, seen = 300, []
+    sender = threading.Thread(target=flood, args=(client, "cam", camera_jpegs, count))
+    sender.start()
+    while sender.is_alive():
+        seen += client.collect(1, 0.05)
+    done_when_sent = len(seen)
+    results = seen + results_until_eos(client, "cam")
+    frames = [r for r in results if r["source"] == "cam" and not r.get("eos")]
+    assert [r["seq"] for r in frames] == list(range(count))
+    # The producer could only finish once most frames had been processed: it was held back.
+    assert done_when_sent >= count - 150, done_when_sent
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["dropped"] == 0 and final["published"] == final["received"]
+
+
+def test_restarting_producers_resume_in_order_with_gaps_reported(
+    start_daemon: Any, connect: Any, astronaut: np.ndarray
+) -> None:
+    daemon = start_daemon()
+    client: Client = connect(daemon)
+    jpeg = cv2.imencode(".jpg", cv2.resize(astronaut, (160, 160)))[1].tobytes()
+    runs = [
+        {"a": [*range(0, 30)], "b": [*range(0, 20)]},
+        {"a": [*range(0, 10), *range(15, 30)], "b": [*range(0, 20)]},  # a lost 10..14
+    ]
+    results = []
+    for run in runs:
+        # Each run is a new producer process per source: a new socket, seq from 0 again,
+        # the two sources interleaved.
+        with zmq.Context() as context:
+            pushes = {source: context.socket(zmq.PUSH) for source in run}
+            for push in pushes.values():
+                push.connect(daemon.ingress)
+            for step in range(max(len(seqs) for seqs in run.values())):
+                for source, seqs in run.items():
+                    if step < len(seqs):
+                        parts = encode_frame(source, seqs[step], jpeg, encoding="jpeg")
+                        pushes[source].send_multipart(parts)
+            for push in pushes.values():
+                push.close()
+        results += client.collect(sum(len(seqs) for seqs in run.values()))
+    by_source = {s: [r["seq"] for r in results if r["source"] == s] for s in ("a", "b")}
+    assert by_source["a"] == runs[0]["a"] + runs[1]["a"]
+    assert by_source["b"] == runs[0]["b"] + runs[1]["b"]
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["source_restarts"] == 2 and final["seq_gaps"] == 5
+
+
+def test_sighup_swaps_the_model_without_losing_a_frame(
+    start_daemon: Any, connect: Any, astronaut: np.ndarray
+) -> None:
+    daemon = start_daemon(max_size=4)
+    client: Client = connect(daemon)
+    jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
+    text = daemon.config_path.read_text()
+    daemon.config_path.write_text(
+        text.replace('name = "face"', 'name = "face_full"').replace(
+            "blazeface_short_range", "blazeface_full_range"
+        )
+    )
+    for seq in range(200):
+        client.send_parts(encode_frame("cam", seq, jpeg, encoding="jpeg"))
+        if seq == 50:
+            daemon.process.send_signal(signal.SIGHUP)
+            daemon.wait_event("reloaded", 60)
+    results = client.collect(200)
+    assert [r["seq"] for r in results] == list(range(200))
+    models = [r["model"] for r in results]
+    switch = models.index("face_full")
+    assert set(models[:switch]) == {"face"} and set(models[switch:]) == {"face_full"}
+    assert all(r["error"] is None and len(r["detections"]) == 1 for r in results)
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["published"] == final["received"]
+
+
+def test_sighup_with_a_broken_config_keeps_the_running_one(
+    start_daemon: Any, connect: Any, astronaut: np.ndarray
+) -> None:
+    daemon = start_daemon()
+    client: Client = connect(daemon)
+    text = daemon.config_path.read_text()
+    daemon.config_path.write_text(text.replace('kind = "blazeface"', 'kind = "nope"'))
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_event("reload_rejected", 60)
+    jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
+    client.send_parts(encode_frame("cam", 0, jpeg, encoding="jpeg"))
+    (result,) = client.collect(1)
+    assert result["model"] == "face" and len(result["detections"]) == 1
+    assert daemon.stop() == 0

@@ -1,0 +1,152 @@
+"""Batch assembly with gears on the real BlazeFace model: padding, splitting, deadlines.
+
+Every frame of a padded or split batch must give what it gives when run alone.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from streamer.config import BatchConfig, RuntimeConfig
+from streamer.frames import STOP, Batch, Frame
+from streamer.runtime import ModelSpec, QueueModel, open_backend
+from streamer.scheduling.batcher import Batcher
+from streamer.scheduling.dequeuer import Dequeuer
+from streamer.scheduling.policy import BatchPolicy
+
+
+class Recording(QueueModel):
+    """The real model, recording the batch size of every execution."""
+
+    def __init__(self, model: QueueModel) -> None:
+        self.info = model.info
+        self.sizes: list[int] = []
+        self._model = model
+
+    def enqueue(self, inputs: Sequence[np.ndarray]) -> None:
+        self.sizes.append(len(inputs[0]))
+        self._model.enqueue(inputs)
+
+    def dequeue(self, timeout_ms: int):  # type: ignore[no-untyped-def]
+        return self._model.dequeue(timeout_ms)
+
+    def close(self) -> None:
+        self._model.close()
+
+
+@pytest.fixture
+def model(short_range_model: Path) -> Iterator[Recording]:
+    spec = ModelSpec("face", short_range_model, max_in_flight=4, batch_gears=(1, 4, 8))
+    with open_backend(RuntimeConfig(options={"intra_op_threads": 1})) as backend:
+        with backend.load(spec) as loaded:
+            yield Recording(loaded)
+
+
+def frames(count: int) -> list[Frame]:
+    rng = np.random.default_rng(count)
+    out = []
+    for seq in range(count):
+        frame = Frame("cam", seq, time.monotonic_ns(), time.time())
+        frame.tensor = rng.uniform(-1, 1, (3, 128, 128)).astype(np.float32)
+        out.append(frame)
+    return out
+
+
+def run_queued(model: QueueModel, policy: BatchPolicy, items: list[Frame]) -> list[Frame]:
+    """Queue every frame first, then run the batcher and dequeue threads until STOP."""
+    inbox: queue.Queue[object] = queue.Queue()
+    for item in items:
+        inbox.put(item)
+    inbox.put(STOP)
+    ledger: queue.SimpleQueue[object] = queue.SimpleQueue()
+    out: queue.SimpleQueue[object] = queue.SimpleQueue()
+    abort = threading.Event()
+
+    def keep_outputs(outputs: Sequence[np.ndarray], batch: list[Frame]) -> None:
+        for row, frame in enumerate(batch):
+            frame.results = {"regressors": outputs[0][row].copy()}
+
+    dequeuer = Dequeuer(model, ledger, out, keep_outputs, abort)
+    batcher = Batcher(model, policy, inbox, ledger, abort)
+    dequeuer.launch(5)
+    batcher.launch(5)
+    batcher.join(60)
+    dequeuer.join(60)
+    assert batcher.failure is None and dequeuer.failure is None
+    done = []
+    while (item := out.get(timeout=1)) is not STOP:
+        assert isinstance(item, Batch)
+        done += item.frames
+    return done
+
+
+def alone(model: QueueModel, frame_tensor: np.ndarray) -> np.ndarray:
+    model.enqueue([frame_tensor[None]])
+    result = model.dequeue(10_000)
+    assert result is not None and result.outputs is not None
+    return result.outputs[0][0]
+
+
+def test_five_queued_frames_run_once_at_gear_8(model: Recording) -> None:
+    items = frames(5)
+    tensors = [f.tensor.copy() for f in items]  # type: ignore[union-attr]
+    policy = BatchPolicy.for_model(BatchConfig(max_size=8), model.info)
+    done = run_queued(model, policy, items)
+    assert model.sizes == [8]  # 5 frames and 3 padding rows
+    assert [f.seq for f in done] == [0, 1, 2, 3, 4]
+    for frame, tensor in zip(done, tensors, strict=True):
+        diff = np.abs(frame.results["regressors"] - alone(model, tensor)).max()
+        assert diff <= 1e-4
+
+
+@pytest.mark.parametrize(("strategy", "sizes"), [("upper", [8, 8]), ("lower", [8, 4, 1])])
+def test_thirteen_frames_split_by_strategy(
+    model: Recording, strategy: str, sizes: list[int]
+) -> None:
+    config = BatchConfig(max_size=16, strategy=strategy)  # type: ignore[arg-type]
+    done = run_queued(model, BatchPolicy.for_model(config, model.info), frames(13))
+    assert model.sizes == sizes
+    assert [f.seq for f in done] == list(range(13))
+
+
+def static_batch(model_file: Path, batch: int, out: Path) -> Path:
+    """A copy of the model with its batch dim fixed, as a static-batch export would be."""
+    graph = onnx.load(str(model_file))
+    for value in (*graph.graph.input, *graph.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_value = batch
+    onnx.save(graph, str(out))
+    return out
+
+
+def test_static_batch_8_flushes_five_frames_on_the_deadline(
+    short_range_model: Path, tmp_path: Path
+) -> None:
+    path = static_batch(short_range_model, 8, tmp_path / "static8.onnx")
+    with open_backend(RuntimeConfig()) as backend, backend.load(ModelSpec("face", path)) as loaded:
+        assert loaded.info.batch_gears == (8,)
+        model = Recording(loaded)
+        policy = BatchPolicy.for_model(BatchConfig(max_size=8, max_delay_ms=20), model.info)
+        inbox: queue.Queue[object] = queue.Queue()
+        ledger: queue.SimpleQueue[object] = queue.SimpleQueue()
+        out: queue.SimpleQueue[object] = queue.SimpleQueue()
+        abort = threading.Event()
+        dequeuer = Dequeuer(model, ledger, out, lambda outputs, batch: None, abort)
+        batcher = Batcher(model, policy, inbox, ledger, abort)
+        dequeuer.launch(5)
+        batcher.launch(5)
+        for frame in frames(5):
+            inbox.put(frame)
+        batch = out.get(timeout=30)  # then nothing more arrives: only the deadline flushes
+        assert isinstance(batch, Batch) and len(batch.frames) == 5 and batch.rows == 8
+        assert batcher.flushes["deadline"] == 1 and model.sizes == [8]
+        inbox.put(STOP)
+        batcher.join(10)
+        dequeuer.join(10)

@@ -1,0 +1,66 @@
+import time
+
+from streamer.frames import EndOfStream, Frame
+from streamer.scheduling.reorder import ReorderBuffer
+
+
+def frame(order: int, source: str = "a", epoch: int = 0) -> Frame:
+    f = Frame(source, order, time.monotonic_ns(), time.time())
+    f.epoch, f.order = epoch, order
+    return f
+
+
+def orders(items: list) -> list[int]:
+    return [i.order for i in items]
+
+
+def test_in_order_passes_straight_through() -> None:
+    buffer = ReorderBuffer(window=8, timeout_s=1, idle_evict_s=60)
+    assert [orders(buffer.push(frame(i))) for i in range(3)] == [[0], [1], [2]]
+    assert buffer.held() == 0
+
+
+def test_out_of_order_is_held_until_the_gap_fills() -> None:
+    buffer = ReorderBuffer(window=8, timeout_s=1, idle_evict_s=60)
+    assert buffer.push(frame(1)) == [] and buffer.push(frame(2)) == []
+    assert orders(buffer.push(frame(0))) == [0, 1, 2]
+
+
+def test_a_skipped_frame_does_not_stall_its_stream() -> None:
+    buffer = ReorderBuffer(window=8, timeout_s=1, idle_evict_s=60)
+    buffer.push(frame(0))
+    buffer.skip(frame(1))
+    assert orders(buffer.push(frame(2))) == [2]
+
+
+def test_skip_releases_frames_held_behind_it() -> None:
+    buffer = ReorderBuffer(window=8, timeout_s=10, idle_evict_s=60)
+    assert buffer.push(frame(1)) == []
+    buffer.skip(frame(0))
+    assert orders(buffer.expire()) == [1]
+
+
+def test_window_and_timeout_give_up_on_a_lost_frame() -> None:
+    buffer = ReorderBuffer(window=2, timeout_s=0.05, idle_evict_s=60)
+    assert buffer.push(frame(1)) == [] and buffer.push(frame(2)) == []
+    assert orders(buffer.push(frame(3))) == [1, 2, 3]  # window exceeded
+    assert buffer.gave_up == 1
+    assert orders(buffer.push(frame(0))) == [0] and buffer.late == 1
+    assert buffer.push(frame(5)) == []
+    assert buffer.expire(now_ns=time.monotonic_ns() + 10**9) and buffer.gave_up == 2
+
+
+def test_streams_are_independent_and_eos_closes_one() -> None:
+    buffer = ReorderBuffer(window=8, timeout_s=1, idle_evict_s=60)
+    assert buffer.push(frame(1, "a")) == []
+    assert orders(buffer.push(frame(0, "b"))) == [0]
+    eos = EndOfStream("b", 0, epoch=0, order=1)
+    assert buffer.push(eos) == [eos]
+    assert orders(buffer.flush()) == [1]
+    assert buffer.held() == 0
+
+
+def test_unsequenced_items_pass() -> None:
+    buffer = ReorderBuffer(window=8, timeout_s=1, idle_evict_s=60)
+    broken = Frame("", -1, 0, 0.0)
+    assert buffer.push(broken) == [broken]

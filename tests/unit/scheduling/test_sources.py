@@ -1,0 +1,54 @@
+import time
+
+from streamer.frames import EndOfStream, Frame
+from streamer.scheduling.sources import SourceTracker
+
+
+def frame(source: str, seq: int, at_ns: int = 0) -> Frame:
+    return Frame(source, seq, at_ns or time.monotonic_ns(), time.time())
+
+
+def test_in_order_gaps_and_stale() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    frames = [frame("a", s) for s in (0, 1, 4, 3, 4, 5)]
+    accepted = [tracker.admit(f) for f in frames]
+    assert accepted == [True, True, True, False, False, True]
+    assert [f.order for f in frames if f.order >= 0] == [0, 1, 2, 3]
+    stats = tracker.stats()
+    assert (stats.seq_gaps, stats.stale, stats.restarts, stats.active_sources) == (2, 2, 0, 1)
+
+
+def test_restart_at_zero_opens_a_new_epoch() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    first, second, again = frame("a", 0), frame("a", 1), frame("a", 0)
+    assert all(tracker.admit(f) for f in (first, second, again))
+    assert again.epoch != first.epoch and again.order == 0
+    assert tracker.stats().restarts == 1
+
+
+def test_sources_are_independent() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    a, b = frame("a", 5), frame("b", 5)
+    assert tracker.admit(a) and tracker.admit(b)
+    assert a.epoch != b.epoch and a.order == b.order == 0
+
+
+def test_end_of_stream_follows_the_last_frame_and_forgets_the_source() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    last = frame("a", 7)
+    tracker.admit(frame("a", 6))
+    tracker.admit(last)
+    eos = EndOfStream("a", 7)
+    tracker.end(eos)
+    assert (eos.epoch, eos.order) == (last.epoch, last.order + 1)
+    assert tracker.stats().active_sources == 0
+    again = frame("a", 3)
+    assert tracker.admit(again) and again.epoch != last.epoch
+
+
+def test_idle_sources_are_evicted() -> None:
+    tracker = SourceTracker(idle_evict_s=1.0)
+    tracker.admit(frame("old", 0, at_ns=1))
+    tracker.admit(frame("new", 0, at_ns=2_000_000_000))
+    assert tracker.evict_idle(now_ns=2_500_000_000) == ["old"]
+    assert tracker.stats().active_sources == 1
