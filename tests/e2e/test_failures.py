@@ -1,0 +1,79 @@
+"""Failures the daemon must survive, and the ones that must stop it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from streamer.clients.producer import produce
+
+from .conftest import Client, Daemon, backend_settings
+
+
+def peak_rss_mb(daemon: Daemon) -> float:
+    status = Path(f"/proc/{daemon.process.pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def test_a_subscriber_that_never_reads_slows_nothing(start_daemon: Any, connect: Any) -> None:
+    daemon = start_daemon()
+    client: Client = connect(daemon)
+    with zmq.Context() as context, context.socket(zmq.SUB) as idle:
+        idle.setsockopt(zmq.RCVHWM, 10)
+        idle.setsockopt(zmq.SUBSCRIBE, b"")
+        idle.connect(daemon.egress)
+        time.sleep(0.2)  # let it subscribe: it must now hold the daemon up, if anything can
+        rss_before = peak_rss_mb(daemon)
+        produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", loop=25)
+        results = client.collect(3001, timeout_s=120)
+        idle.close(linger=0)
+    assert [r["seq"] for r in results[:-1]] == list(range(3000))
+    assert results[-1].get("eos") is True
+    assert peak_rss_mb(daemon) - rss_before < 100  # ZMQ's send HWM bounds what piles up
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["published"] == final["received"]
+
+
+def test_a_failing_batch_fails_alone(
+    start_daemon: Any, connect: Any, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    settings = backend_settings("acl-sim-sync", assets["blazeface_short_range"], tmp_path)
+    daemon = start_daemon(
+        **{**settings, "max_size": 1},
+        runtime_extra="[runtime.options.sim]\nfail_every_n_executes = 3",
+    )
+    client: Client = connect(daemon)  # the probes take some executions; count from here
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", limit=30)
+    results = client.collect(31)[:-1]
+    assert [r["seq"] for r in results] == list(range(30))
+    failed = [r for r in results if r["error"] is not None]
+    assert 9 <= len(failed) <= 11
+    assert {r["error"]["reason"] for r in failed} == {"inference_failed"}
+    assert all(len(r["detections"]) == 1 for r in results if r["error"] is None)
+    assert daemon.stop() == 0
+    warnings = [e for e in daemon.logs if e.get("event") == "execution_failed"]
+    assert warnings and all(e["consecutive"] == 1 for e in warnings)  # once per streak
+
+
+def test_repeated_failures_stop_the_daemon_with_an_error(
+    start_daemon: Any, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    settings = backend_settings("acl-sim-sync", assets["blazeface_short_range"], tmp_path)
+    daemon = start_daemon(
+        **{**settings, "max_size": 1},
+        daemon_extra="max_consecutive_failures = 5",
+        runtime_extra="[runtime.options.sim]\nfail_every_n_executes = 1",
+    )
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", limit=20)
+    assert daemon.process.wait(60) == 1
+    daemon.close()
+    failed = daemon.wait_event("pipeline_failed", 5)
+    assert "5 executions failed in a row" in failed["error"]
+    final = daemon.final_counts()
+    assert final["failed_by_reason"].get("inference_failed", 0) >= 5
+    assert final["received"] == final["published"] + final["failed"] + final["dropped"]
