@@ -224,6 +224,7 @@ class ModelConfig(_Strict):
     mode: Literal["auto", "queue", "async", "sync"] = "auto"
     input: str = "frame"
     max_in_flight: int = Field(2, ge=1, description="batches enqueued and not yet dequeued")
+    replicas: int = Field(1, ge=1, description="copies of the model on each device")
     batch: BatchConfig = BatchConfig()
     preprocess: PluginConfig
     postprocess: PluginConfig

@@ -29,7 +29,7 @@ import structlog
 import zmq
 
 from streamer.config import Config, ModelConfig
-from streamer.errors import FrameError, Reason, StreamerError
+from streamer.errors import BackendError, FrameError, Reason, StreamerError
 from streamer.frames import STOP, Frame, OutcomeCounts
 from streamer.lifecycle import Status, Worker
 from streamer.observability.metrics import PipelineMetrics, PipelineSample
@@ -37,8 +37,10 @@ from streamer.runtime import Backend, ModelSpec, QueueModel, open_backend
 from streamer.scheduling.admission import AdmissionQueue
 from streamer.scheduling.batcher import Batcher
 from streamer.scheduling.dequeuer import Dequeuer
+from streamer.scheduling.enqueuer import Enqueuer
 from streamer.scheduling.policy import BatchPolicy
 from streamer.scheduling.reorder import ReorderBuffer
+from streamer.scheduling.replica import Dispatcher, Replica, every_replica_failed
 from streamer.scheduling.sources import SourceTracker
 from streamer.scheduling.swap import StageSwap
 from streamer.transport.egress import Egress
@@ -59,13 +61,24 @@ _SWAP_TIMEOUT_S = 60.0
 
 @dataclass
 class ModelStage:
-    """One model with its plug-ins and batch policy, loaded and checked."""
+    """One model stage: its replicas (one model per device and replica), plug-ins and batch
+    policy, loaded and checked."""
 
     config: ModelConfig
-    model: QueueModel
+    models: list[tuple[int, QueueModel]]
     policy: BatchPolicy
     preprocess: Preprocessor
     postprocess: Postprocessor
+
+    @property
+    def model(self) -> QueueModel:
+        """The first replica's model (they all have the same ModelInfo)."""
+        return self.models[0][1]
+
+    def close(self) -> None:
+        """Close every replica's model; idempotent."""
+        for _, model in self.models:
+            model.close()
 
     def postprocess_batch(self, outputs: Sequence[np.ndarray], frames: list[Frame]) -> None:
         """Fill ``frame.results`` of each frame from the batch-first ``outputs``."""
@@ -75,31 +88,48 @@ class ModelStage:
 
     def swap_marker(self) -> StageSwap:
         """The marker that switches the running threads to this stage."""
-        return StageSwap(self.model, self.policy, self.postprocess_batch)
+        return StageSwap([m for _, m in self.models], self.policy, self.postprocess_batch)
+
+
+def _load_replicas(backend: Backend, config: Config, index: int) -> list[tuple[int, QueueModel]]:
+    """Load model ``index`` ``replicas`` times on every device; all or nothing."""
+    model_config = config.models[index]
+    loaded: list[tuple[int, QueueModel]] = []
+    try:
+        for device in config.runtime.devices:
+            for _ in range(model_config.replicas):
+                spec = ModelSpec(
+                    name=model_config.name,
+                    path=config.model_path(model_config),
+                    device=device,
+                    mode=model_config.mode,
+                    max_in_flight=model_config.max_in_flight,
+                    batch_gears=model_config.batch.gears,
+                )
+                loaded.append((device, backend.load(spec)))
+    except BaseException:
+        for _, model in loaded:
+            model.close()
+        raise
+    return loaded
 
 
 def _load_stage(backend: Backend, config: Config, index: int) -> ModelStage:
     model_config = config.models[index]
     where = f"models[{index}]"
-    spec = ModelSpec(
-        name=model_config.name,
-        path=config.model_path(model_config),
-        device=config.runtime.devices[0],
-        mode=model_config.mode,
-        max_in_flight=model_config.max_in_flight,
-        batch_gears=model_config.batch.gears,
-    )
-    model = backend.load(spec)
+    models = _load_replicas(backend, config, index)
+    info = models[0][1].info
     try:
         return ModelStage(
             model_config,
-            model,
-            BatchPolicy.for_model(model_config.batch, model.info),
-            PREPROCESSORS.create(model_config.preprocess, model.info, f"{where}.preprocess"),
-            POSTPROCESSORS.create(model_config.postprocess, model.info, f"{where}.postprocess"),
+            models,
+            BatchPolicy.for_model(model_config.batch, info),
+            PREPROCESSORS.create(model_config.preprocess, info, f"{where}.preprocess"),
+            POSTPROCESSORS.create(model_config.postprocess, info, f"{where}.postprocess"),
         )
     except BaseException:
-        model.close()
+        for _, model in models:
+            model.close()
         raise
 
 
@@ -174,7 +204,8 @@ class Pipeline:
         self._submit_lock = threading.Lock()
         self._ingresses: list[Ingress] = []
         self._workers: list[Worker] = []
-        self._queues: dict[str, queue.SimpleQueue[Any]] = {}
+        self._replicas: list[Replica] = []
+        self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
     @classmethod
     def load(cls, config: Config, metrics: PipelineMetrics | None = None) -> Pipeline:
@@ -197,6 +228,7 @@ class Pipeline:
 
     @property
     def models(self) -> list[QueueModel]:
+        """One model per stage (its first replica)."""
         return [self._stage.model]
 
     def start(self) -> None:
@@ -213,30 +245,7 @@ class Pipeline:
         )
         workers = self.config.daemon.decode_workers or os.cpu_count() or 1
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="prepare")
-        ledger: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        results: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._queues = {"dequeue": ledger, "egress": results}
-        stage, daemon = self._stage, self.config.daemon
-        self._workers = [
-            Egress(
-                self.config.egress,
-                self._context,
-                results,
-                self.reorder,
-                self.counts,
-                self._abort,
-                metrics=self.metrics,
-            ),
-            Dequeuer(
-                stage.model,
-                ledger,
-                results,
-                stage.postprocess_batch,
-                self._abort,
-                daemon.max_consecutive_failures,
-            ),
-            Batcher(stage.model, stage.policy, self._inbox, ledger, self._abort),
-        ]
+        self._workers = self._build_workers(self._context)
         self._ingresses = [
             Ingress(c, self._context, self._inbox, self.counts, self._abort)
             for c in self.config.ingress
@@ -250,6 +259,37 @@ class Pipeline:
             self._release_transport()
             raise
         self.status = Status.RUNNING
+
+    def _build_workers(self, context: zmq.Context[Any]) -> list[Worker]:
+        """Egress, then per replica a dequeue and an enqueue thread, then the batcher."""
+        stage, daemon, abort = self._stage, self.config.daemon, self._abort
+        self._replicas = [Replica(i, d, m) for i, (d, m) in enumerate(stage.models)]
+        egress = Egress(
+            self.config.egress,
+            context,
+            self._results,
+            self.reorder,
+            self.counts,
+            abort,
+            metrics=self.metrics,
+        )
+        failures = daemon.max_consecutive_failures
+        return [
+            egress,
+            *(
+                Dequeuer(r, self._results, stage.postprocess_batch, abort, failures)
+                for r in self._replicas
+            ),
+            *(Enqueuer(r, abort) for r in self._replicas),
+            Batcher(
+                stage.config.name,
+                Dispatcher(self._replicas, abort),
+                stage.policy,
+                self._inbox,
+                self._results,
+                abort,
+            ),
+        ]
 
     def _submit(self, frame: Frame) -> Future[Frame]:
         """Start preparing ``frame`` for the current stage (called under admission's order)."""
@@ -274,6 +314,9 @@ class Pipeline:
         changed = [k for k in sections if getattr(config, k) != getattr(self.config, k)]
         if changed:
             _log.warning("reload_needs_restart", sections=changed)
+        if config.models[0].replicas != self.config.models[0].replicas:
+            _log.error("reload_rejected", error="changing models.replicas needs a restart")
+            return False
         if _models_identity(config) == _models_identity(self.config):
             _log.info("reload_unchanged")
             return True
@@ -296,7 +339,7 @@ class Pipeline:
         if not marker.done.wait(_SWAP_TIMEOUT_S):
             _log.error("reload_swap_stuck", model=old.model.info.name)
             return
-        old.model.close()
+        old.close()
 
     def housekeeping(self) -> None:
         """Periodic upkeep from the control loop: forget sources idle past ``source_idle_s``."""
@@ -316,19 +359,30 @@ class Pipeline:
 
     def sample(self) -> PipelineSample:
         """Counters and gauges for ``/metrics``, read at scrape time; any thread."""
-        depths = {name: q.qsize() for name, q in self._queues.items()}
-        depths["batcher"] = self._inbox.qsize()
+        depths = {
+            "batcher": self._inbox.qsize(),
+            "dequeue": sum(r.ledger.qsize() for r in self._replicas),
+            "egress": self._results.qsize(),
+        }
         flushes: dict[str, int] = {}
         for worker in self._workers:
             if isinstance(worker, Batcher):
                 flushes.update(worker.flushes)
-        return PipelineSample(self.counts.snapshot(), depths, self.stream_stats(), flushes)
+        replicas = [
+            (r.model.info.name, r.device, r.executed, r.failed is None) for r in self._replicas
+        ]
+        return PipelineSample(
+            self.counts.snapshot(), depths, self.stream_stats(), flushes, replicas
+        )
 
     def failure(self) -> BaseException | None:
-        """The first error that ended a pipeline thread, if any (the daemon then stops)."""
+        """Why the pipeline cannot go on, if it cannot: the first error that ended a thread,
+        or every replica of a stage out of rotation (the daemon then stops)."""
         for worker in [*self._ingresses, *self._workers]:
             if worker.failure is not None:
                 return worker.failure
+        if self._replicas and all(r.failed is not None for r in self._replicas):
+            return BackendError(every_replica_failed(self._replicas))
         return None
 
     def stop(self, drain_timeout_s: float) -> bool:
@@ -347,7 +401,7 @@ class Pipeline:
         if self.failure() is not None:
             self._abort.set()
         self._inbox.put_marker(STOP)
-        drained = self._join_all(max(0.0, deadline - time.monotonic()))
+        drained = self._drain(deadline)
         if not drained:
             _log.warning("drain_timeout", drain_timeout_s=drain_timeout_s)
             self._abort.set()
@@ -359,6 +413,16 @@ class Pipeline:
         self.status = Status.STOPPED
         return drained and lost == 0
 
+    def _drain(self, deadline: float) -> bool:
+        """Join the stage threads, then tell egress everything is in and join it."""
+        egress, stage_threads = self._workers[0], self._workers[1:]
+        for worker in reversed(stage_threads):
+            worker.join(max(0.0, deadline - time.monotonic()))
+        if any(w.is_alive() for w in stage_threads):
+            return False
+        self._results.put(STOP)
+        egress.join(max(0.0, deadline - time.monotonic()))
+        return not egress.is_alive()
 
     def _join_all(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -390,5 +454,5 @@ class Pipeline:
             self._abort.set()
             self._join_all(_ABORT_JOIN_S)
             self._release_transport()
-        self._stage.model.close()
+        self._stage.close()
         self._backend.close()

@@ -32,7 +32,7 @@ queue names from the pipeline; there are no per-source labels.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import (
@@ -89,12 +89,14 @@ class PipelineSample:
         streams: per-source stream totals, summed over sources (``seq_gaps``,
             ``source_restarts``, ``active_sources``, …; see ``_STREAM_METRICS``).
         flushes: batches the batcher flushed, by reason (``full``, ``deadline``, ``marker``).
+        replicas: per model replica ``(model, device, batches executed, in rotation)``.
     """
 
     outcomes: OutcomeSnapshot
     queue_depths: Mapping[str, int]
     streams: Mapping[str, int]
     flushes: Mapping[str, int] = field(default_factory=dict)
+    replicas: Sequence[tuple[str, int, int, bool]] = ()
 
 
 class _PipelineCollector(Collector):
@@ -122,6 +124,22 @@ class _PipelineCollector(Collector):
         for reason, count in sorted(sample.flushes.items()):
             flushes.add_metric([reason], count)
         yield flushes
+        yield from _replica_families(sample.replicas)
+
+
+def _replica_families(replicas: Sequence[tuple[str, int, int, bool]]) -> Iterator[Metric]:
+    labels = ["model", "device", "replica"]
+    executed = CounterMetricFamily(
+        "streamer_replica_batches", "Batches a model replica executed.", labels=labels
+    )
+    up = GaugeMetricFamily(
+        "streamer_replica_up", "1 while a replica is in rotation, 0 once it failed.", labels=labels
+    )
+    for index, (model, device, batches, alive) in enumerate(replicas):
+        executed.add_metric([model, str(device), str(index)], batches)
+        up.add_metric([model, str(device), str(index)], 1 if alive else 0)
+    yield executed
+    yield up
 
 
 def _outcome_families(outcomes: OutcomeSnapshot) -> Iterator[Metric]:

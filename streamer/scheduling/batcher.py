@@ -1,4 +1,4 @@
-"""The batcher: the one thread that enqueues into a model replica (DESIGN.md §2).
+"""The batcher: assembles a stage's batches and dispatches them to its replicas.
 
 It takes prepared frames in arrival order and groups them by input shape (frames of
 different resolution gears never share a batch). A group is flushed when it holds
@@ -6,9 +6,10 @@ different resolution gears never share a batch). A group is flushed when it hold
 (the *deadline*), or when a marker (end of stream, swap, stop) comes. After a deadline it
 still takes every frame already waiting before it flushes, so batches grow on their own under
 load. A flushed group is cut into executions at the model's gears
-(:meth:`BatchPolicy.plan`), each stacked into one padded array, enqueued, and recorded in the
-*ledger* the dequeue thread reads. Failed frames go to the ledger at once; egress puts every
-source back in order.
+(:meth:`BatchPolicy.plan`), each stacked into one padded array and handed to the
+:class:`~streamer.scheduling.replica.Dispatcher`, whose replicas' enqueue threads feed the
+models. Failed frames and end-of-stream markers go straight on towards egress, which puts
+every source back in order.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import numpy as np
 from streamer.errors import BackendError, FrameError, Reason
 from streamer.frames import STOP, Batch, Frame
 from streamer.lifecycle import Worker
-from streamer.runtime.base import QueueModel
 from streamer.scheduling.policy import BatchPolicy
+from streamer.scheduling.replica import Dispatcher
 from streamer.scheduling.swap import StageSwap
 
 __all__ = ["Batcher", "Inbox"]
@@ -53,15 +54,17 @@ class _Group:
 
 
 class Batcher(Worker):
-    """Enqueue thread of one model replica.
+    """Batch assembly of one stage.
 
     Args:
-        model: the replica; only this thread calls its ``enqueue``.
+        name: the stage's name (names the thread).
+        dispatcher: sends each batch to a replica; :data:`STOP` and :class:`StageSwap`
+            markers are broadcast to every replica.
         policy: batch size, deadline and gears.
         inbox: frames (whose preprocessing may still be ``pending``), end-of-stream and
             :class:`StageSwap` markers and finally :data:`STOP`, in arrival order.
-        ledger: receives every :class:`Batch` (also those with no good frame), every marker
-            and finally :data:`STOP`, in the order of enqueueing.
+        outbox: towards egress: failed frames (as one-frame batches) and end-of-stream
+            markers, which need no model.
         abort: set when the pipeline gives up draining; the thread then returns at once.
 
     Attributes:
@@ -70,24 +73,22 @@ class Batcher(Worker):
 
     def __init__(
         self,
-        model: QueueModel,
+        name: str,
+        dispatcher: Dispatcher,
         policy: BatchPolicy,
         inbox: Inbox,
-        ledger: queue.SimpleQueue[Any],
+        outbox: queue.SimpleQueue[Any],
         abort: threading.Event,
     ) -> None:
-        super().__init__(name=f"batcher-{model.info.name}")
-        self._model = model
+        super().__init__(name=f"batcher-{name}")
+        self._dispatcher = dispatcher
         self._policy = policy
         self._inbox = inbox
-        self._ledger = ledger
+        self._outbox = outbox
         self._abort = abort
         self._groups: dict[tuple[int, ...], _Group] = {}
         # Fixed keys: the metrics thread may read it while this thread counts.
         self.flushes = dict.fromkeys(("full", "deadline", "marker"), 0)
-
-    def setup(self) -> None:
-        self._model.attach_thread()
 
     def loop(self) -> None:
         while not self._abort.is_set():
@@ -98,11 +99,14 @@ class Batcher(Worker):
                 self._add(item)
             else:
                 self._flush_all()
-                self._ledger.put(item)
                 if item is STOP:
+                    self._dispatcher.broadcast(STOP)
                     return
                 if isinstance(item, StageSwap):
-                    self._swap(item)
+                    self._policy = item.policy
+                    self._dispatcher.broadcast(item)
+                else:
+                    self._outbox.put(item)
 
     def _take(self) -> Any:
         """Next item; ``_EMPTY`` when a group is due and nothing more is waiting."""
@@ -122,16 +126,12 @@ class Batcher(Worker):
                 continue
         return STOP
 
-    def _swap(self, swap: StageSwap) -> None:
-        self._model, self._policy = swap.model, swap.policy
-        self._model.attach_thread()
-
     def _add(self, frame: Frame) -> None:
         if frame.pending is not None:
             frame.pending.result()
             frame.pending = None
         if frame.error is not None or frame.tensor is None:
-            self._ledger.put(Batch([frame]))
+            self._outbox.put(Batch([frame]))
             return
         key = frame.tensor.shape
         group = self._groups.get(key)
@@ -163,15 +163,14 @@ class Batcher(Worker):
 
     def _enqueue(self, batch: Batch) -> None:
         try:
-            self._model.enqueue([self._stack(batch)])
+            self._dispatcher.dispatch(batch, self._stack(batch))
         except BackendError as exc:
             error = FrameError(Reason.INFERENCE_FAILED, str(exc))
             for frame in batch.good:
                 frame.fail(error)
             batch.good = []
+            self._outbox.put(batch)
             raise
-        finally:
-            self._ledger.put(batch)
 
     @staticmethod
     def _stack(batch: Batch) -> np.ndarray:
@@ -182,8 +181,6 @@ class Batcher(Worker):
         stacked = np.empty((batch.rows, *first.shape), dtype=first.dtype)
         np.stack(tensors, out=stacked[: len(tensors)])  # type: ignore[arg-type]
         stacked[len(tensors) :] = 0
-        now = time.monotonic_ns()
         for frame in batch.good:
-            frame.batched_at_ns = now
             frame.tensor = None
         return stacked

@@ -1,9 +1,8 @@
 """The dequeue thread: the one thread that dequeues a model replica's outputs (DESIGN.md §2).
 
-It reads the ledger the batcher writes, takes the outputs of each enqueued batch from the
-model in the same FIFO order, runs the postprocessor over them and hands the finished batch
-to egress. Batches that carry only failed frames, and end-of-stream markers, pass through in
-their place, so results leave in arrival order.
+It reads the ledger its replica's enqueue thread writes, takes the outputs of each enqueued
+batch from the model in the same FIFO order, runs the postprocessor over them and hands the
+finished batch on towards egress (which restores each source's order).
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ import structlog
 from streamer.errors import BackendError, FrameError, Reason
 from streamer.frames import STOP, Batch
 from streamer.lifecycle import Worker
-from streamer.runtime.base import InferenceOutputs, QueueModel
+from streamer.runtime.base import InferenceOutputs
+from streamer.scheduling.replica import Replica
 from streamer.scheduling.swap import Postprocess, StageSwap
 
 __all__ = ["Dequeuer", "Postprocess"]
@@ -30,30 +30,28 @@ class Dequeuer(Worker):
     """Dequeue thread of one model replica.
 
     Args:
-        model: the replica; only this thread calls its ``dequeue``.
-        ledger: what the batcher enqueued, in order (see :class:`Batcher`).
-        outbox: receives each batch and marker, in order, then :data:`STOP`.
+        replica: the replica; only this thread calls its model's ``dequeue``.
+        outbox: receives each finished batch, in the order of the replica's ledger.
         postprocess: turns a batch's outputs into per-frame results; any exception it
             raises fails that batch's frames with reason ``postprocess_failed``.
         abort: set when the pipeline gives up draining.
-        max_consecutive_failures: failed executions in a row after which the thread ends
-            with a :class:`BackendError` (the daemon then exits non-zero); each failed batch
-            gets error results first.
+        max_consecutive_failures: failed executions in a row after which the replica is
+            taken out of rotation (each failed batch gets error results first).
     """
 
     def __init__(
         self,
-        model: QueueModel,
-        ledger: queue.SimpleQueue[Any],
+        replica: Replica,
         outbox: queue.SimpleQueue[Any],
         postprocess: Postprocess,
         abort: threading.Event,
         max_consecutive_failures: int = 10,
     ) -> None:
-        super().__init__(name=f"dequeue-{model.info.name}")
-        self._model = model
-        self._ledger = ledger
+        super().__init__(name=f"dequeue-{replica.name}")
+        self._replica = replica
+        self._ledger = replica.ledger
         self._outbox = outbox
+        self._model = replica.model
         self._postprocess = postprocess
         self._abort = abort
         self._max_failures = max_consecutive_failures
@@ -68,33 +66,36 @@ class Dequeuer(Worker):
                 item = self._ledger.get(timeout=_POLL_MS / 1000)
             except queue.Empty:
                 continue
-            if isinstance(item, StageSwap):
-                self._swap(item)
-                continue
-            if isinstance(item, Batch) and item.good:
-                outputs = self._wait_outputs()
-                if outputs is None:
-                    return
-                self._complete(item, outputs)
-            self._outbox.put(item)
             if item is STOP:
                 return
-            self._check_failures()
+            if isinstance(item, StageSwap):
+                self._swap(item)
+            elif isinstance(item, Batch):
+                self._finish(item)
+
+    def _finish(self, batch: Batch) -> None:
+        if batch.good and self._replica.failed is None:
+            outputs = self._wait_outputs()
+            if outputs is None:
+                return
+            self._complete(batch, outputs)
+        elif batch.good:
+            self._replica.refuse(batch)
+        self._replica.finished()
+        self._outbox.put(batch)
 
     def _swap(self, swap: StageSwap) -> None:
-        self._model, self._postprocess = swap.model, swap.postprocess
+        self._model, self._postprocess = swap.models[self._replica.index], swap.postprocess
         self._model.attach_thread()
-        swap.done.set()
-
-    def _check_failures(self) -> None:
-        if self._failures >= self._max_failures:
-            raise BackendError(
-                f"model {self._model.info.name!r}: {self._failures} executions failed in a row"
-            )
+        swap.replica_switched()
 
     def _wait_outputs(self) -> InferenceOutputs | None:
         while not self._abort.is_set():
-            outputs = self._model.dequeue(_POLL_MS)
+            try:
+                outputs = self._model.dequeue(_POLL_MS)
+            except BackendError as exc:
+                self._replica.fail(str(exc))
+                return InferenceOutputs(None, FrameError(Reason.INFERENCE_FAILED, str(exc)))
             if outputs is not None:
                 return outputs
         return None
@@ -109,6 +110,7 @@ class Dequeuer(Worker):
             self._failed_execution(batch, error)
             return
         self._failures = 0
+        self._replica.executed += 1
         try:
             self._postprocess(done.outputs, batch.good)
         except Exception as exc:  # a postprocessor bug fails this batch, not the daemon
@@ -120,11 +122,14 @@ class Dequeuer(Worker):
         log(
             "execution_failed",
             model=self._model.info.name,
+            device=self._replica.device,
             frames=len(batch.good),
             consecutive=self._failures,
             detail=error.detail,
         )
         self._fail(batch, error)
+        if self._failures >= self._max_failures:
+            self._replica.fail(f"{self._failures} executions failed in a row")
 
     @staticmethod
     def _fail(batch: Batch, error: FrameError) -> None:

@@ -21,21 +21,31 @@ order; padding rows after them)."""
 
 @dataclass(eq=False)
 class StageSwap:
-    """Switch the batcher and the dequeue thread to ``model`` at this point of the stream.
+    """Switch a stage's threads to new models at this point of the stream.
 
-    Frames queued before the marker run on the old model, frames after it on the new one
-    (they were preprocessed for it). The batcher switches when it takes the marker, the
-    dequeue thread once every batch of the old model came back; it then sets ``done`` and
-    the old model may be closed.
+    Frames queued before the marker run on the old models, frames after it on the new ones
+    (they were preprocessed for them). The batcher switches policy when it takes the marker
+    and passes it to every replica; each enqueue thread switches at once, each dequeue thread
+    once every batch of the old model came back. When all have, ``done`` is set and the old
+    models may be closed.
 
     Attributes:
-        model: the new model, loaded and checked.
-        policy: its batch policy.
-        postprocess: its postprocessor over a batch.
-        done: set by the dequeue thread once the old model has nothing in flight.
+        models: the new models, one per replica, loaded and checked.
+        policy: their batch policy.
+        postprocess: their postprocessor over a batch.
+        done: set once no old model has anything in flight.
     """
 
-    model: QueueModel
+    models: list[QueueModel]
     policy: BatchPolicy
     postprocess: Postprocess
     done: threading.Event = field(default_factory=threading.Event)
+    _switched: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def replica_switched(self) -> None:
+        """Called by each dequeue thread once its old model is drained."""
+        with self._lock:
+            self._switched += 1
+            if self._switched == len(self.models):
+                self.done.set()

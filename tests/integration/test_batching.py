@@ -20,7 +20,9 @@ from streamer.frames import STOP, Batch, Frame
 from streamer.runtime import ModelSpec, QueueModel, open_backend
 from streamer.scheduling.batcher import Batcher
 from streamer.scheduling.dequeuer import Dequeuer
+from streamer.scheduling.enqueuer import Enqueuer
 from streamer.scheduling.policy import BatchPolicy
+from streamer.scheduling.replica import Dispatcher, Replica
 
 
 class Recording(QueueModel):
@@ -61,12 +63,11 @@ def frames(count: int) -> list[Frame]:
 
 
 def run_queued(model: QueueModel, policy: BatchPolicy, items: list[Frame]) -> list[Frame]:
-    """Queue every frame first, then run the batcher and dequeue threads until STOP."""
+    """Queue every frame first, then run the stage's threads until STOP."""
     inbox: queue.Queue[object] = queue.Queue()
     for item in items:
         inbox.put(item)
     inbox.put(STOP)
-    ledger: queue.SimpleQueue[object] = queue.SimpleQueue()
     out: queue.SimpleQueue[object] = queue.SimpleQueue()
     abort = threading.Event()
 
@@ -74,18 +75,23 @@ def run_queued(model: QueueModel, policy: BatchPolicy, items: list[Frame]) -> li
         for row, frame in enumerate(batch):
             frame.results = {"regressors": outputs[0][row].copy()}
 
-    dequeuer = Dequeuer(model, ledger, out, keep_outputs, abort)
-    batcher = Batcher(model, policy, inbox, ledger, abort)
-    dequeuer.launch(5)
-    batcher.launch(5)
-    batcher.join(60)
-    dequeuer.join(60)
-    assert batcher.failure is None and dequeuer.failure is None
+    replica = Replica(0, 0, model)
+    workers = [
+        Dequeuer(replica, out, keep_outputs, abort),
+        Enqueuer(replica, abort),
+        Batcher("face", Dispatcher([replica], abort), policy, inbox, out, abort),
+    ]
+    for worker in workers:
+        worker.launch(5)
+    for worker in reversed(workers):
+        worker.join(60)
+        assert worker.failure is None
     done = []
-    while (item := out.get(timeout=1)) is not STOP:
+    while not out.empty():
+        item = out.get()
         assert isinstance(item, Batch)
         done += item.frames
-    return done
+    return sorted(done, key=lambda f: f.seq)
 
 
 def alone(model: QueueModel, frame_tensor: np.ndarray) -> np.ndarray:
@@ -135,18 +141,22 @@ def test_static_batch_8_flushes_five_frames_on_the_deadline(
         model = Recording(loaded)
         policy = BatchPolicy.for_model(BatchConfig(max_size=8, max_delay_ms=20), model.info)
         inbox: queue.Queue[object] = queue.Queue()
-        ledger: queue.SimpleQueue[object] = queue.SimpleQueue()
         out: queue.SimpleQueue[object] = queue.SimpleQueue()
         abort = threading.Event()
-        dequeuer = Dequeuer(model, ledger, out, lambda outputs, batch: None, abort)
-        batcher = Batcher(model, policy, inbox, ledger, abort)
-        dequeuer.launch(5)
-        batcher.launch(5)
+        replica = Replica(0, 0, model)
+        batcher = Batcher("face", Dispatcher([replica], abort), policy, inbox, out, abort)
+        workers = [
+            Dequeuer(replica, out, lambda outputs, batch: None, abort),
+            Enqueuer(replica, abort),
+            batcher,
+        ]
+        for worker in workers:
+            worker.launch(5)
         for frame in frames(5):
             inbox.put(frame)
         batch = out.get(timeout=30)  # then nothing more arrives: only the deadline flushes
         assert isinstance(batch, Batch) and len(batch.frames) == 5 and batch.rows == 8
         assert batcher.flushes["deadline"] == 1 and model.sizes == [8]
         inbox.put(STOP)
-        batcher.join(10)
-        dequeuer.join(10)
+        for worker in reversed(workers):
+            worker.join(10)

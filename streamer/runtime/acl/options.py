@@ -97,6 +97,11 @@ class SimOptions(_Strict):
         ge=1,
         description="fault: every Nth model execution fails (ACL_ERROR_GE_FAILURE)",
     )
+    device_lost_after_n_executes: dict[int, int] = Field(
+        default_factory=dict,
+        description="fault: device -> executions after which every execution on it fails "
+        "(a lost device), e.g. {1 = 20}",
+    )
     execute_delay_ms: float = Field(
         default=0.0, ge=0, description="fault: each execution takes this long"
     )

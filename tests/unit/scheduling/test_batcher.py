@@ -19,7 +19,9 @@ from streamer.frames import STOP, Batch, EndOfStream, Frame
 from streamer.runtime.base import InferenceOutputs, ModelInfo, QueueModel, TensorInfo
 from streamer.scheduling.batcher import Batcher
 from streamer.scheduling.dequeuer import Dequeuer
+from streamer.scheduling.enqueuer import Enqueuer
 from streamer.scheduling.policy import BatchPolicy
+from streamer.scheduling.replica import Dispatcher, Replica
 
 
 class EchoModel(QueueModel):
@@ -66,25 +68,44 @@ def postprocess(outputs: Sequence[np.ndarray], frames: list[Frame]) -> None:
         f.results = {"sum": float(outputs[0][row])}
 
 
+class Stage:
+    """A batcher, one replica's enqueue and dequeue threads, and the queue after them."""
+
+    def __init__(self, models: list[QueueModel], policy: BatchPolicy) -> None:
+        self.inbox: queue.Queue[object] = queue.Queue()
+        self.out: queue.SimpleQueue[object] = queue.SimpleQueue()
+        abort = threading.Event()
+        self.replicas = [Replica(i, i, model) for i, model in enumerate(models)]
+        self.batcher = Batcher(
+            "echo", Dispatcher(self.replicas, abort), policy, self.inbox, self.out, abort
+        )
+        self.workers = [
+            *(Dequeuer(r, self.out, postprocess, abort, 3) for r in self.replicas),
+            *(Enqueuer(r, abort) for r in self.replicas),
+            self.batcher,
+        ]
+        for worker in self.workers:
+            worker.launch(5)
+
+    def finish(self) -> list[object]:
+        """Send STOP, join every thread, return what came out."""
+        self.inbox.put(STOP)
+        for worker in reversed(self.workers):
+            worker.join(5)
+            assert not worker.is_alive() and worker.failure is None
+        drained = []
+        while True:
+            try:
+                drained.append(self.out.get_nowait())
+            except queue.Empty:
+                return drained
+
+
 def run(model: EchoModel, policy: BatchPolicy, items: list[object]) -> list[object]:
-    inbox: queue.Queue[object] = queue.Queue()
-    ledger: queue.SimpleQueue[object] = queue.SimpleQueue()
-    out: queue.SimpleQueue[object] = queue.SimpleQueue()
-    abort = threading.Event()
-    batcher = Batcher(model, policy, inbox, ledger, abort)
-    dequeuer = Dequeuer(model, ledger, out, postprocess, abort)
-    dequeuer.launch(5)
-    batcher.launch(5)
+    stage = Stage([model], policy)
     for item in items:
-        inbox.put(item)
-    inbox.put(STOP)
-    batcher.join(5)
-    dequeuer.join(5)
-    assert batcher.failure is None and dequeuer.failure is None
-    drained = []
-    while (item := out.get(timeout=1)) is not STOP:
-        drained.append(item)
-    return drained
+        stage.inbox.put(item)
+    return stage.finish()
 
 
 def frames_of(items: list[object]) -> list[Frame]:
@@ -101,19 +122,12 @@ def test_full_batches_then_remainder_on_stop() -> None:
 
 
 def test_deadline_flushes_a_partial_batch() -> None:
-    model = EchoModel()
-    inbox: queue.Queue[object] = queue.Queue()
-    ledger: queue.SimpleQueue[object] = queue.SimpleQueue()
-    abort = threading.Event()
-    batcher = Batcher(model, BatchPolicy(8, 20_000_000, ()), inbox, ledger, abort)
-    batcher.launch(5)
-    inbox.put(frame(0))
-    inbox.put(frame(1))
-    batch = ledger.get(timeout=5)  # long before any STOP: the 20 ms deadline flushed it
+    stage = Stage([EchoModel()], BatchPolicy(8, 20_000_000, ()))
+    stage.inbox.put(frame(0))
+    stage.inbox.put(frame(1))
+    batch = stage.out.get(timeout=5)  # long before any STOP: the 20 ms deadline flushed it
     assert isinstance(batch, Batch) and [f.seq for f in batch.frames] == [0, 1]
-    inbox.put(STOP)
-    batcher.join(5)
-    assert ledger.get(timeout=1) is STOP
+    assert stage.finish() == []
 
 
 def test_failed_frames_pass_at_once_and_take_no_row() -> None:
@@ -127,12 +141,12 @@ def test_failed_frames_pass_at_once_and_take_no_row() -> None:
     assert frames[3].results == {"sum": 4.0}
 
 
-def test_end_of_stream_flushes_and_follows_its_frames() -> None:
+def test_end_of_stream_flushes_the_pending_batch() -> None:
     model = EchoModel()
     out = run(model, BatchPolicy(8, 10**10, ()), [frame(0), EndOfStream("cam", 0), frame(1)])
-    assert model.sizes == [1, 1]
-    assert isinstance(out[1], EndOfStream)
-    assert [f.seq for f in frames_of(out[:1])] == [0]
+    assert model.sizes == [1, 1]  # frame 0 did not wait for frame 1
+    assert sum(isinstance(item, EndOfStream) for item in out) == 1
+    assert sorted(f.seq for f in frames_of(out)) == [0, 1]
 
 
 def test_padding_to_the_next_gear() -> None:
@@ -180,18 +194,29 @@ def test_frames_of_different_shapes_never_share_a_batch() -> None:
 
 
 def test_deadline_flushes_are_counted_by_reason() -> None:
-    model = EchoModel()
-    inbox: queue.Queue[object] = queue.Queue()
-    ledger: queue.SimpleQueue[object] = queue.SimpleQueue()
-    batcher = Batcher(model, BatchPolicy(2, 1_000_000, ()), inbox, ledger, threading.Event())
-    batcher.launch(5)
-    inbox.put(frame(0))
-    ledger.get(timeout=5)
+    stage = Stage([EchoModel()], BatchPolicy(2, 1_000_000, ()))
+    stage.inbox.put(frame(0))
+    stage.out.get(timeout=5)
     for seq in (1, 2, 3):
-        inbox.put(frame(seq))
-    inbox.put(STOP)
-    batcher.join(5)
-    assert batcher.flushes == {"deadline": 1, "full": 1, "marker": 1}
+        stage.inbox.put(frame(seq))
+    stage.finish()
+    assert stage.batcher.flushes == {"deadline": 1, "full": 1, "marker": 1}
+
+
+def test_batches_spread_over_replicas_and_a_failed_replica_leaves_rotation() -> None:
+    healthy, failing = EchoModel(), EchoModel(fail=set(range(100)))
+    stage = Stage([healthy, failing], BatchPolicy(1, 10**10, ()))
+    for seq in range(20):
+        stage.inbox.put(frame(seq))
+    out = stage.finish()
+    frames = frames_of(out)
+    assert len(frames) == 20 and healthy.sizes and failing.sizes
+    assert len(failing.sizes) <= 4  # out of rotation after 3 failures in a row
+    assert stage.replicas[1].failed is not None and stage.replicas[0].failed is None
+    failed = [f for f in frames if f.error is not None]
+    # Its executed batches failed, and so did those dispatched to it before it left rotation.
+    assert len(failing.sizes) <= len(failed) <= len(failing.sizes) + 2
+    assert all(f.error.reason == "inference_failed" for f in failed)
 
 
 def test_plans_per_strategy() -> None:

@@ -61,7 +61,7 @@ def _loading(sim: Simulator, mdl: ModuleType, with_q: bool) -> None:
 
     def load_from_file(path: str) -> tuple[int, int]:
         context = sim.devices.current()
-        return sim.models.load(sim.models.image(path), context.handle).model_id, 0
+        return sim.models.load(sim.models.image(path), context.handle, context.device).model_id, 0
 
     def load_from_file_with_q(
         path: str, inputs: int, in_num: int, outputs: int, out_num: int
@@ -230,7 +230,7 @@ def _execution(sim: Simulator, mdl: ModuleType) -> None:
         model = sim.models.get(model_id, sim.devices.current().handle)
         sim.models.check_io(model, inputs, outputs)
         with sim.models.executing(model):
-            if sim.faults.execution_fails():
+            if sim.faults.execution_fails(model.device):
                 raise SimError(AclCode.ERROR_GE_FAILURE, None, "injected execution failure")
             sim.models.run(model, sim.models.dataset(inputs), sim.models.dataset(outputs))
         return 0
@@ -240,7 +240,7 @@ def _execution(sim: Simulator, mdl: ModuleType) -> None:
         target = sim.stream(stream)
         sim.models.check_io(model, inputs, outputs)
         in_buffers, out_buffers = sim.models.dataset(inputs), sim.models.dataset(outputs)
-        if sim.faults.execution_fails():
+        if sim.faults.execution_fails(model.device):
             raise SimError(AclCode.ERROR_GE_FAILURE, None, "injected execution failure")
         sim.models.begin_async(model, stream)
 

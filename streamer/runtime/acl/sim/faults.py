@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 
 from streamer.runtime.acl.options import SimOptions
 
@@ -15,25 +16,32 @@ class Faults:
     """Counters and switches of the injected failures; thread-safe.
 
     Args:
-        options: ``fail_every_n_executes``, ``execute_delay_ms``,
-            ``queue_full_every_n_enqueues`` and ``fail_calls``.
+        options: ``fail_every_n_executes``, ``device_lost_after_n_executes``,
+            ``execute_delay_ms``, ``queue_full_every_n_enqueues`` and ``fail_calls``.
     """
 
     def __init__(self, options: SimOptions) -> None:
         self._options = options
         self._lock = threading.Lock()
         self._executions = 0
+        self._per_device: Counter[int] = Counter()
         self._enqueues = 0
 
     def injected_code(self, api: str) -> int | None:
         """The code every call of ``api`` returns (``fail_calls``), or None."""
         return self._options.fail_calls.get(api)
 
-    def execution_fails(self) -> bool:
-        """Count one model execution; True for every ``fail_every_n_executes``-th."""
+    def execution_fails(self, device: int) -> bool:
+        """Count one model execution on ``device``; True for every
+        ``fail_every_n_executes``-th, and for every one on a device past its
+        ``device_lost_after_n_executes`` (a device lost, as after a reset)."""
         every = self._options.fail_every_n_executes
+        lost_after = self._options.device_lost_after_n_executes.get(device)
         with self._lock:
             self._executions += 1
+            self._per_device[device] += 1
+            if lost_after is not None and self._per_device[device] > lost_after:
+                return True
             return every is not None and self._executions % every == 0
 
     def delay_execution(self) -> None:

@@ -52,6 +52,7 @@ class LoadedModel:
         stream: the stream its unfinished ``execute_async`` tasks run on.
         pending: ``execute_async`` tasks not finished.
         busy: an ``execute`` is running.
+        device: the device of its context.
         queues: input and output queue ids of a WithQ model.
         input_producer, output_consumer: the host threads feeding / draining its queues.
         stopped: set by ``unload`` (stops a WithQ model's scheduler).
@@ -60,6 +61,7 @@ class LoadedModel:
     model_id: int
     image: ModelImage
     context: int
+    device: int = -1
     stream: int | None = None
     pending: int = 0
     busy: bool = False
@@ -118,10 +120,10 @@ class SimModels:
         with self._lock:
             return self._images.setdefault(key, image)
 
-    def load(self, image: ModelImage, context: int) -> LoadedModel:
-        """Register a loaded model in ``context``."""
+    def load(self, image: ModelImage, context: int, device: int) -> LoadedModel:
+        """Register a loaded model in ``context`` of ``device``."""
         with self._lock:
-            model = LoadedModel(next(self._ids), image, context)
+            model = LoadedModel(next(self._ids), image, context, device)
             self._loaded[model.model_id] = model
             return model
 

@@ -296,7 +296,7 @@ class SimQueues:
         assert model.queues is not None
         inputs, outputs = model.queues
         while (payloads := self._take(model, inputs)) is not None:
-            if self._faults.execution_fails():
+            if self._faults.execution_fails(model.device):
                 self.failed_executions += 1
                 continue
             try:

@@ -151,7 +151,7 @@ class Simulator:
             raise SimError(AclCode.ERROR_API_NOT_SUPPORT, "S17", "OM2 models cannot load WithQ")
         if image.kind != DynamicKind.STATIC:
             raise SimError(AclCode.ERROR_GE_PARAM_INVALID, "S17", "WithQ needs a static shape")
-        model = self.models.load(image, context.handle)
+        model = self.models.load(image, context.handle, context.device)
         try:
             self.queues.bind(model, inputs, outputs)
         except SimError:
