@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import zmq
+from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.clients.producer import produce
 
@@ -76,4 +78,46 @@ def test_repeated_failures_stop_the_daemon_with_an_error(
     assert "5 executions failed in a row" in failed["error"]
     final = daemon.final_counts()
     assert final["failed_by_reason"].get("inference_failed", 0) >= 5
+    assert final["received"] == final["published"] + final["failed"] + final["dropped"]
+
+
+def replica_batches(daemon: Daemon) -> dict[str, float]:
+    """``streamer_replica_batches`` by device, from /metrics."""
+    with urlopen(daemon.http + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.labels["device"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "streamer_replica_batches_total"
+    }
+
+
+def test_two_devices_share_the_work_and_one_can_fail(
+    start_daemon: Any, connect: Any, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
+    daemon = start_daemon(
+        **{**settings, "max_size": 1},
+        runtime_extra="devices = [0, 1]\n[runtime.options.sim]\n"
+        'device_lost_after_n_executes = { "1" = 40 }',
+    )
+    client: Client = connect(daemon)
+    produce("carphone.mp4", daemon.ingress, source="first", encoding="raw", fps=200)
+    first = client.collect(121)[:-1]
+    assert [r["seq"] for r in first] == list(range(120))
+    executed = replica_batches(daemon)
+    assert executed["0"] > 0 and executed["1"] > 0  # both devices served
+    daemon.wait_event("replica_failed", 30)
+    lost = [r for r in first if r["error"] is not None]
+    assert all(r["error"]["reason"] == "inference_failed" for r in lost)
+    produce("carphone.mp4", daemon.ingress, source="second", encoding="raw", fps=200)
+    second = client.collect(121)[:-1]
+    assert [r["seq"] for r in second] == list(range(120))
+    assert all(r["error"] is None and len(r["detections"]) == 1 for r in second)
+    after = replica_batches(daemon)
+    assert after["1"] == executed["1"]  # device 1 is out of rotation
+    assert after["0"] >= executed["0"] + 120
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]
