@@ -189,8 +189,9 @@ class BatchConfig(_Strict):
     max_size: int = Field(8, ge=1, description="frames per batch at most")
     max_delay_ms: float = Field(5.0, ge=0, description="wait for the oldest frame at most")
     gears: tuple[int, ...] = Field(
-        (), description="batch sizes a dynamic-batch model runs; () = the model's own, or "
-        "powers of two up to max_size"
+        (),
+        description="batch sizes a dynamic-batch model runs; () = the model's own, or "
+        "powers of two up to max_size",
     )
     strategy: Literal["upper", "nearest", "lower"] = Field(
         "upper", description="how a batch is cut into gears: pad up, nearest, or split down"
@@ -226,7 +227,9 @@ class ModelConfig(_Strict):
     max_in_flight: int = Field(2, ge=1, description="batches enqueued and not yet dequeued")
     replicas: int = Field(1, ge=1, description="copies of the model on each device")
     batch: BatchConfig = BatchConfig()
-    preprocess: PluginConfig
+    preprocess: PluginConfig | None = Field(
+        None, description="required unless postprocess is an item stage (mtcnn_*)"
+    )
     postprocess: PluginConfig
 
     @model_validator(mode="after")
@@ -251,9 +254,12 @@ class Config(_Strict):
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
-        if len(self.models) > 1:
-            raise ValueError("one model stage per pipeline for now (chains come later)")
+        chain_order(self.models)
         return self
+
+    def chain(self) -> list[ModelConfig]:
+        """The model stages in chain order (``frame`` first)."""
+        return chain_order(self.models)
 
     def model_path(self, model: ModelConfig) -> Path:
         """The file a model stage loads: ``asset`` in the cache, or ``path`` relative to the
@@ -265,6 +271,41 @@ class Config(_Strict):
         if not path.is_absolute() and self.source_file is not None:
             path = self.source_file.parent / path
         return path
+
+
+def chain_order(models: tuple[ModelConfig, ...]) -> list[ModelConfig]:
+    """Order the stages by their ``input``: one reads ``frame``, each other ``<stage>:crops``.
+
+    Raises:
+        ValueError: no or several ``frame`` stages, an unknown stage, an adapter other than
+            ``crops``, two stages on one upstream, or a cycle (stages left unreachable).
+    """
+    roots = [m for m in models if m.input == "frame"]
+    if len(roots) != 1:
+        raise ValueError(f'exactly one model needs input = "frame", got {len(roots)}')
+    downstream: dict[str, ModelConfig] = {}
+    names = {m.name for m in models}
+    for model in models:
+        if model.input == "frame":
+            continue
+        upstream, _, adapter = model.input.partition(":")
+        if upstream not in names:
+            raise ValueError(f"models {model.name!r}: input {model.input!r}: no stage {upstream!r}")
+        if adapter != "crops":
+            raise ValueError(
+                f"models {model.name!r}: input {model.input!r}: the adapter must be 'crops' "
+                "(the 'tensor' adapter is not supported yet)"
+            )
+        if upstream in downstream:
+            raise ValueError(f"stage {upstream!r} feeds two stages; one downstream stage each")
+        downstream[upstream] = model
+    chain = [roots[0]]
+    while chain[-1].name in downstream and len(chain) <= len(models):
+        chain.append(downstream[chain[-1].name])
+    if len(chain) != len(models):
+        cut = sorted(names - {m.name for m in chain})
+        raise ValueError(f"stages {cut} are not reachable from the frame (a cycle?)")
+    return chain
 
 
 def cache_dir() -> Path:

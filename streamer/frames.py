@@ -62,6 +62,11 @@ class Frame:
         prepared_at_ns, batched_at_ns, infer_start_ns, infer_end_ns: monotonic timestamps
             (ns) for the latency split: preprocessing done, enqueued in a batch, execution.
         pending: the future of the decode+preprocess job while it runs on the worker pool.
+        parent: for an item of an item stage (a pyramid gear, a crop), the frame it
+            belongs to; items are never published themselves.
+        children: a frame's items in the stage it is in, while they run; [] when it has none
+            there.
+        outstanding: its items not yet back (guarded by the chain router's lock).
         epoch, order: the source's stream epoch (it grows when a producer restarts) and the
             frame's arrival index within it, from :class:`~streamer.scheduling.sources.
             SourceTracker`; egress publishes each (source, epoch) in ``order``. ``order``
@@ -90,6 +95,9 @@ class Frame:
     infer_start_ns: int = 0
     infer_end_ns: int = 0
     pending: Future[Frame] | None = None
+    parent: Frame | None = None
+    children: list[Frame] | None = None
+    outstanding: int = 0
     epoch: int = 0
     order: int = -1
 

@@ -2,15 +2,16 @@
 
 ::
 
-    ingress ──▶ admission ──▶ batcher ══▶ model ══▶ dequeuer ──▶ egress (reorder, publish)
-    (1/socket)  (bounded, on_full;       (enqueue)            (postprocess)
-                 starts decode+preprocess on the worker pool)
+    ingress ──▶ admission ──▶ batcher ─▶ enqueue ══▶ model ══▶ dequeue ──▶ router ─┬─▶ egress
+    (1/socket)  (on_full; starts        (1 per replica, on every device)          │  (reorder,
+                decode+preprocess)       ◀── next stage of the chain (items) ◀─────┘   publish)
 
-Start order is downstream first (egress, dequeue, batcher, then the ingresses), so nothing is
-received before it can be published. Stop order is upstream first: the ingresses stop
-receiving, ``STOP`` follows the last frame through every queue, each stage finishes what it
-holds and passes ``STOP`` on, then models and the backend are closed. Past the drain timeout
-the remaining frames are abandoned and counted as dropped (``shutdown``).
+Start order is downstream first (egress, the stages' dequeue, enqueue and batcher threads,
+then the ingresses), so nothing is received before it can be published. Stop order is
+upstream first: the ingresses stop receiving, then each stage in chain order gets ``STOP``
+after its last item and its threads end, then egress; then models and the backend are
+closed. Past the drain timeout the remaining frames are abandoned and counted as dropped
+(``shutdown``).
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ import structlog
 import zmq
 
 from streamer.config import Config, ModelConfig
-from streamer.errors import BackendError, FrameError, Reason, StreamerError
+from streamer.errors import BackendError, ConfigError, FrameError, Reason, StreamerError
 from streamer.frames import STOP, Frame, OutcomeCounts
 from streamer.lifecycle import Status, Worker
 from streamer.observability.metrics import PipelineMetrics, PipelineSample
 from streamer.runtime import Backend, ModelSpec, QueueModel, open_backend
 from streamer.scheduling.admission import AdmissionQueue
 from streamer.scheduling.batcher import Batcher
+from streamer.scheduling.chain import ChainRouter, ChainStage, make_items, store_outputs
 from streamer.scheduling.dequeuer import Dequeuer
 from streamer.scheduling.enqueuer import Enqueuer
 from streamer.scheduling.policy import BatchPolicy
@@ -50,6 +52,7 @@ from streamer.vision.decode import DecodeLimits, decode_image
 from streamer.vision.postprocess import Postprocessor
 from streamer.vision.preprocess import Preprocessor
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
+from streamer.vision.stages import ITEM_STAGES, ItemStage
 
 __all__ = ["ModelStage", "Pipeline"]
 
@@ -62,13 +65,15 @@ _SWAP_TIMEOUT_S = 60.0
 @dataclass
 class ModelStage:
     """One model stage: its replicas (one model per device and replica), plug-ins and batch
-    policy, loaded and checked."""
+    policy, loaded and checked. A *single* stage has a preprocessor and a postprocessor; an
+    *item* stage (``items``) prepares and finishes its own inputs."""
 
     config: ModelConfig
     models: list[tuple[int, QueueModel]]
     policy: BatchPolicy
-    preprocess: Preprocessor
-    postprocess: Postprocessor
+    preprocess: Preprocessor | None
+    postprocess: Postprocessor | None
+    items: ItemStage | None = None
 
     @property
     def model(self) -> QueueModel:
@@ -81,7 +86,10 @@ class ModelStage:
             model.close()
 
     def postprocess_batch(self, outputs: Sequence[np.ndarray], frames: list[Frame]) -> None:
-        """Fill ``frame.results`` of each frame from the batch-first ``outputs``."""
+        """Fill ``frame.results`` of each frame (item) from the batch-first ``outputs``."""
+        if self.postprocess is None:
+            store_outputs(outputs, frames)
+            return
         results = self.postprocess(outputs, [f.transform for f in frames])
         for frame, result in zip(frames, results, strict=True):
             frame.results = result
@@ -114,23 +122,60 @@ def _load_replicas(backend: Backend, config: Config, index: int) -> list[tuple[i
     return loaded
 
 
-def _load_stage(backend: Backend, config: Config, index: int) -> ModelStage:
+def _load_stage(backend: Backend, config: Config, index: int, first: bool) -> ModelStage:
     model_config = config.models[index]
-    where = f"models[{index}]"
     models = _load_replicas(backend, config, index)
-    info = models[0][1].info
     try:
-        return ModelStage(
-            model_config,
-            models,
-            BatchPolicy.for_model(model_config.batch, info),
-            PREPROCESSORS.create(model_config.preprocess, info, f"{where}.preprocess"),
-            POSTPROCESSORS.create(model_config.postprocess, info, f"{where}.postprocess"),
-        )
+        return _plug_in(model_config, models, f"models[{index}]", first)
     except BaseException:
         for _, model in models:
             model.close()
         raise
+
+
+def _plug_in(
+    model_config: ModelConfig, models: list[tuple[int, QueueModel]], where: str, first: bool
+) -> ModelStage:
+    """The stage's plug-ins, checked against the loaded model.
+
+    Raises:
+        ConfigError: a bad plug-in, a missing preprocess table, or a single stage that is not
+            the first of a chain.
+    """
+    info = models[0][1].info
+    policy = BatchPolicy.for_model(model_config.batch, info)
+    post = model_config.postprocess
+    if post.kind in ITEM_STAGES:
+        items = ITEM_STAGES.create(post, info, f"{where}.postprocess")
+        return ModelStage(model_config, models, policy, None, None, items)
+    if not first:
+        raise ConfigError(
+            f"{where}.postprocess.kind: a stage fed by another stage needs an item stage "
+            f"({', '.join(ITEM_STAGES.names())}), got {post.kind!r}"
+        )
+    if model_config.preprocess is None:
+        raise ConfigError(f"{where}.preprocess: required for postprocess kind {post.kind!r}")
+    return ModelStage(
+        model_config,
+        models,
+        policy,
+        PREPROCESSORS.create(model_config.preprocess, info, f"{where}.preprocess"),
+        POSTPROCESSORS.create(post, info, f"{where}.postprocess"),
+    )
+
+
+def _load_chain(backend: Backend, config: Config) -> list[ModelStage]:
+    """Every stage, in chain order; all or nothing."""
+    stages: list[ModelStage] = []
+    try:
+        for position, model in enumerate(config.chain()):
+            index = config.models.index(model)
+            stages.append(_load_stage(backend, config, index, first=position == 0))
+    except BaseException:
+        for stage in stages:
+            stage.close()
+        raise
+    return stages
 
 
 def _models_identity(config: Config) -> list[tuple[object, ...]]:
@@ -144,8 +189,9 @@ def _models_identity(config: Config) -> list[tuple[object, ...]]:
     return identity
 
 
-def prepare_frame(frame: Frame, preprocess: Preprocessor, limits: DecodeLimits) -> Frame:
-    """Decode and preprocess one frame in place (runs on the worker pool).
+def prepare_frame(frame: Frame, stage: ModelStage, limits: DecodeLimits, keep_image: bool) -> Frame:
+    """Decode one frame and prepare it for the chain's first stage, in place (runs on the
+    worker pool): its tensor, or for an item stage its items.
 
     Never raises: a failure marks the frame failed (``decode_failed``, ``too_large``,
     ``unsupported_dtype``, ``bad_header`` or ``preprocess_failed``).
@@ -155,7 +201,14 @@ def prepare_frame(frame: Frame, preprocess: Preprocessor, limits: DecodeLimits) 
         image = decode_image(frame.encoding, frame.payload, frame.header, limits)
         frame.payload = None
         frame.height, frame.width = image.shape[:2]
-        frame.tensor, frame.transform = preprocess(image)
+        if keep_image:
+            frame.image = image
+        if stage.items is not None:
+            tensors, transforms = stage.items.items(image, frame.results)
+            frame.children = make_items(frame, tensors, transforms, frame.received_at_ns)
+        else:
+            assert stage.preprocess is not None
+            frame.tensor, frame.transform = stage.preprocess(image)
         frame.prepared_at_ns = time.monotonic_ns()
     except FrameError as error:
         frame.fail(error)
@@ -175,7 +228,7 @@ class Pipeline:
         self,
         config: Config,
         backend: Backend,
-        stage: ModelStage,
+        stages: list[ModelStage],
         metrics: PipelineMetrics | None = None,
     ) -> None:
         self.config = config
@@ -183,7 +236,8 @@ class Pipeline:
         self.counts = OutcomeCounts()
         self.status = Status.INITIALIZING
         self._backend = backend
-        self._stage = stage
+        self._stages = stages
+        self._keep_images = any(s.items is not None for s in stages[1:])
         self._abort = threading.Event()
         self._context: zmq.Context[Any] | None = None
         self._authenticator: CurveAuthenticator | None = None
@@ -204,7 +258,9 @@ class Pipeline:
         self._submit_lock = threading.Lock()
         self._ingresses: list[Ingress] = []
         self._workers: list[Worker] = []
-        self._replicas: list[Replica] = []
+        self._stage_threads: list[list[Worker]] = []
+        self._replicas: list[list[Replica]] = []
+        self._inboxes: list[Any] = []
         self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
     @classmethod
@@ -220,16 +276,21 @@ class Pipeline:
         """
         backend = open_backend(config.runtime)
         try:
-            stage = _load_stage(backend, config, 0)
+            stages = _load_chain(backend, config)
         except BaseException:
             backend.close()
             raise
-        return cls(config, backend, stage, metrics)
+        return cls(config, backend, stages, metrics)
+
+    @property
+    def _stage(self) -> ModelStage:
+        """The first stage (the one reload swaps)."""
+        return self._stages[0]
 
     @property
     def models(self) -> list[QueueModel]:
-        """One model per stage (its first replica)."""
-        return [self._stage.model]
+        """One model per stage (its first replica), in chain order."""
+        return [stage.model for stage in self._stages]
 
     def start(self) -> None:
         """Create the threads and sockets; return once every thread is ready.
@@ -261,42 +322,48 @@ class Pipeline:
         self.status = Status.RUNNING
 
     def _build_workers(self, context: zmq.Context[Any]) -> list[Worker]:
-        """Egress, then per replica a dequeue and an enqueue thread, then the batcher."""
-        stage, daemon, abort = self._stage, self.config.daemon, self._abort
-        self._replicas = [Replica(i, d, m) for i, (d, m) in enumerate(stage.models)]
+        """Egress, then for each stage (last first) its dequeue, enqueue and batcher threads."""
         egress = Egress(
             self.config.egress,
             context,
             self._results,
             self.reorder,
             self.counts,
-            abort,
+            self._abort,
             metrics=self.metrics,
         )
-        failures = daemon.max_consecutive_failures
+        self._inboxes = [self._inbox] + [queue.Queue() for _ in self._stages[1:]]
+        chain = [
+            ChainStage(stage.config.name, stage.items, inbox)
+            for stage, inbox in zip(self._stages, self._inboxes, strict=True)
+        ]
+        router = ChainRouter(chain, self._results, self._keep_images)
+        self._replicas = []
+        self._stage_threads = []
+        for index, stage in enumerate(self._stages):
+            self._stage_threads.append(self._stage_workers(index, stage, router.exit(index)))
+        return [egress, *(w for threads in reversed(self._stage_threads) for w in threads)]
+
+    def _stage_workers(self, index: int, stage: ModelStage, outbox: Any) -> list[Worker]:
+        """One stage's threads: a dequeue and an enqueue thread per replica, its batcher."""
+        abort, failures = self._abort, self.config.daemon.max_consecutive_failures
+        replicas = [Replica(i, d, m) for i, (d, m) in enumerate(stage.models)]
+        self._replicas.append(replicas)
+        dispatcher = Dispatcher(replicas, abort)
+        inbox = self._inboxes[index]
         return [
-            egress,
-            *(
-                Dequeuer(r, self._results, stage.postprocess_batch, abort, failures)
-                for r in self._replicas
-            ),
-            *(Enqueuer(r, abort) for r in self._replicas),
-            Batcher(
-                stage.config.name,
-                Dispatcher(self._replicas, abort),
-                stage.policy,
-                self._inbox,
-                self._results,
-                abort,
-            ),
+            *(Dequeuer(r, outbox, stage.postprocess_batch, abort, failures) for r in replicas),
+            *(Enqueuer(r, abort) for r in replicas),
+            Batcher(stage.config.name, dispatcher, stage.policy, inbox, outbox, abort),
         ]
 
     def _submit(self, frame: Frame) -> Future[Frame]:
         """Start preparing ``frame`` for the current stage (called under admission's order)."""
         assert self._pool is not None
         limits = widest_limits(self.config.ingress)
+        keep = self._keep_images
         with self._submit_lock:
-            return self._pool.submit(prepare_frame, frame, self._stage.preprocess, limits)
+            return self._pool.submit(prepare_frame, frame, self._stage, limits, keep)
 
     def reload(self, config: Config) -> bool:
         """Swap in the models of ``config`` that changed, without losing a frame.
@@ -314,6 +381,9 @@ class Pipeline:
         changed = [k for k in sections if getattr(config, k) != getattr(self.config, k)]
         if changed:
             _log.warning("reload_needs_restart", sections=changed)
+        if len(config.models) > 1 or len(self.config.models) > 1:
+            _log.error("reload_rejected", error="reloading a chain of models needs a restart")
+            return False
         if config.models[0].replicas != self.config.models[0].replicas:
             _log.error("reload_rejected", error="changing models.replicas needs a restart")
             return False
@@ -321,7 +391,7 @@ class Pipeline:
             _log.info("reload_unchanged")
             return True
         try:
-            stage = _load_stage(self._backend, config, 0)
+            stage = _load_stage(self._backend, config, 0, first=True)
         except StreamerError as exc:
             _log.error("reload_rejected", error=str(exc))
             return False
@@ -334,7 +404,7 @@ class Pipeline:
     def _swap(self, stage: ModelStage) -> None:
         old, marker = self._stage, stage.swap_marker()
         with self._submit_lock:
-            self._stage = stage
+            self._stages[0] = stage
             self._inbox.put_marker(marker)
         if not marker.done.wait(_SWAP_TIMEOUT_S):
             _log.error("reload_swap_stuck", model=old.model.info.name)
@@ -361,7 +431,7 @@ class Pipeline:
         """Counters and gauges for ``/metrics``, read at scrape time; any thread."""
         depths = {
             "batcher": self._inbox.qsize(),
-            "dequeue": sum(r.ledger.qsize() for r in self._replicas),
+            "dequeue": sum(r.ledger.qsize() for rs in self._replicas for r in rs),
             "egress": self._results.qsize(),
         }
         flushes: dict[str, int] = {}
@@ -369,7 +439,9 @@ class Pipeline:
             if isinstance(worker, Batcher):
                 flushes.update(worker.flushes)
         replicas = [
-            (r.model.info.name, r.device, r.executed, r.failed is None) for r in self._replicas
+            (r.model.info.name, r.device, r.executed, r.failed is None)
+            for rs in self._replicas
+            for r in rs
         ]
         return PipelineSample(
             self.counts.snapshot(), depths, self.stream_stats(), flushes, replicas
@@ -381,8 +453,9 @@ class Pipeline:
         for worker in [*self._ingresses, *self._workers]:
             if worker.failure is not None:
                 return worker.failure
-        if self._replicas and all(r.failed is not None for r in self._replicas):
-            return BackendError(every_replica_failed(self._replicas))
+        for replicas in self._replicas:
+            if all(r.failed is not None for r in replicas):
+                return BackendError(every_replica_failed(replicas))
         return None
 
     def stop(self, drain_timeout_s: float) -> bool:
@@ -414,13 +487,17 @@ class Pipeline:
         return drained and lost == 0
 
     def _drain(self, deadline: float) -> bool:
-        """Join the stage threads, then tell egress everything is in and join it."""
-        egress, stage_threads = self._workers[0], self._workers[1:]
-        for worker in reversed(stage_threads):
-            worker.join(max(0.0, deadline - time.monotonic()))
-        if any(w.is_alive() for w in stage_threads):
-            return False
+        """Stage by stage in chain order: STOP after its last item, join its threads; then
+        tell egress everything is in and join it. (Stage 0's STOP is already queued.)"""
+        for index, threads in enumerate(self._stage_threads):
+            if index > 0:
+                self._inboxes[index].put(STOP)
+            for worker in reversed(threads):
+                worker.join(max(0.0, deadline - time.monotonic()))
+            if any(w.is_alive() for w in threads):
+                return False
         self._results.put(STOP)
+        egress = self._workers[0]
         egress.join(max(0.0, deadline - time.monotonic()))
         return not egress.is_alive()
 
@@ -454,5 +531,6 @@ class Pipeline:
             self._abort.set()
             self._join_all(_ABORT_JOIN_S)
             self._release_transport()
-        self._stage.close()
+        for stage in self._stages:
+            stage.close()
         self._backend.close()

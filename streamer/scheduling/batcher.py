@@ -130,9 +130,17 @@ class Batcher(Worker):
         if frame.pending is not None:
             frame.pending.result()
             frame.pending = None
-        if frame.error is not None or frame.tensor is None:
+        if frame.children:
+            frame.outstanding = len(frame.children)
+            for child in frame.children:
+                self._group(child)
+        elif frame.error is not None or frame.tensor is None:
             self._outbox.put(Batch([frame]))
-            return
+        else:
+            self._group(frame)
+
+    def _group(self, frame: Frame) -> None:
+        assert frame.tensor is not None
         key = frame.tensor.shape
         group = self._groups.get(key)
         if group is None:

@@ -1,0 +1,246 @@
+"""Crops: a decoded image and its detections → one fixed-size crop per detection.
+
+This is the ``crops`` chain adapter (issue 5): a downstream model (O-Net, a classifier) runs on
+the regions an upstream detector found, batched across detections and frames. Geometry, in
+continuous pixel coordinates of the decoded image (a pixel spans [i, i + 1), x right, y down):
+
+1. ``box`` ``[x, y, w, h]`` gives the corners ``(x, y)`` and ``(x + w, y + h)``;
+2. ``margin``: each side moves out by ``margin`` times the box's size along that axis;
+3. ``square``: the shorter side grows to the longer one around the centre (MTCNN's ``rerec``:
+   Zhang et al. 2016, "Joint Face Detection and Alignment using Multi-task Cascaded
+   Convolutional Networks", and ipazc/mtcnn ``__rerec``), so the face keeps its aspect;
+4. the top-left corner and the size are rounded to whole pixels (apart, so a square stays
+   square), giving the region ``[x1, x2) × [y1, y2)`` of at least 1 pixel each way (MTCNN
+   truncates its boxes to integers before cropping);
+5. the region is cut from the image; where it leaves the image it is filled with zeros (black,
+   as MTCNN's ``pad``), so the crop keeps the region's geometry;
+6. the cut is resized to the model's (height, width), ``cv2.INTER_AREA`` when shrinking,
+   ``cv2.INTER_LINEAR`` otherwise (as :mod:`streamer.vision.preprocess`).
+
+A :class:`CropTransform` per crop maps crop coordinates back to image pixels. Config::
+
+    margin = 0.0       # fraction of the box size added on each side, >= 0
+    square = false     # expand the shorter side to a square around the centre
+    # size = [h, w]    # required only when the downstream model's height/width are dynamic
+
+Pure functions of their arguments: thread-safe, called on the decode worker pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cv2
+import numpy as np
+from pydantic import Field
+
+from streamer.errors import ConfigError, FrameError, Reason
+from streamer.runtime.base import ModelInfo
+from streamer.vision.registry import PluginParams
+
+__all__ = ["CropParams", "CropTransform", "Crops", "crop", "crop_regions", "detection_boxes"]
+
+
+class CropParams(PluginParams):
+    """Parameters of the ``crops`` adapter (see the module docstring)."""
+
+    margin: float = Field(0.0, ge=0, description="fraction of the box size added on each side")
+    square: bool = Field(False, description="expand the shorter side to a square (centred)")
+    size: tuple[int, int] | None = Field(None, description="(height, width) for dynamic inputs")
+
+
+@dataclass(frozen=True, slots=True)
+class CropTransform:
+    """Where one crop came from; maps coordinates between the crop and the image.
+
+    The region ``[x1, x2) × [y1, y2)`` of the image (pixels; it may extend past the image,
+    where the crop is black) was resized to ``input_width`` × ``input_height``. It has the
+    coordinate methods of :class:`streamer.vision.preprocess.LetterboxTransform`, so a
+    postprocessor can take either.
+
+    Attributes:
+        x1, y1, x2, y2: the region's corners, image pixels (integers, ``x2 > x1``, ``y2 > y1``).
+        input_width, input_height: the crop's size, pixels.
+        image_width, image_height: the decoded image's size, pixels.
+    """
+
+    x1: int
+    y1: int
+    x2: int
+    y2: int
+    input_width: int
+    input_height: int
+    image_width: int
+    image_height: int
+
+    @property
+    def region(self) -> np.ndarray:
+        """float64 (4,): the region's corners (x1, y1, x2, y2), image pixels."""
+        return np.array([self.x1, self.y1, self.x2, self.y2], np.float64)
+
+    def to_image(self, xy: np.ndarray) -> np.ndarray:
+        """Map crop pixel coordinates to image pixels; float (..., 2) (x, y) → float64 (..., 2)."""
+        return self.normalized_to_image(np.asarray(xy, np.float64) / self._input_size())
+
+    def normalized_to_image(self, xy: np.ndarray) -> np.ndarray:
+        """Map crop coordinates normalised to 0..1 (0 and 1 are the region's edges) to image
+        pixels; float (..., 2) (x, y) → float64 (..., 2), not clipped."""
+        out: np.ndarray = self.region[:2] + np.asarray(xy, np.float64) * self._region_size()
+        return out
+
+    def to_input(self, xy: np.ndarray) -> np.ndarray:
+        """Map image pixel coordinates to crop pixels; float (..., 2) → float64 (..., 2)."""
+        unit = (np.asarray(xy, np.float64) - self.region[:2]) / self._region_size()
+        out: np.ndarray = unit * self._input_size()
+        return out
+
+    def _region_size(self) -> np.ndarray:
+        return np.array([self.x2 - self.x1, self.y2 - self.y1], np.float64)
+
+    def _input_size(self) -> np.ndarray:
+        return np.array([self.input_width, self.input_height], np.float64)
+
+
+def detection_boxes(detections: Sequence[dict[str, Any]]) -> np.ndarray:
+    """The ``box`` of each detection as float64 (N, 4) ``[x, y, w, h]``, image pixels.
+
+    Raises:
+        FrameError: ``preprocess_failed`` when a box is not 4 finite numbers.
+    """
+    try:
+        boxes = np.array([d["box"] for d in detections], np.float64).reshape(-1, 4)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FrameError(Reason.PREPROCESS_FAILED, f"crops: bad detection box: {exc}") from exc
+    if len(boxes) != len(detections) or not np.isfinite(boxes).all():
+        raise FrameError(Reason.PREPROCESS_FAILED, "crops: boxes must be 4 finite numbers")
+    return boxes
+
+
+def crop_regions(boxes: np.ndarray, margin: float = 0.0, square: bool = False) -> np.ndarray:
+    """Steps 1–4 of the module docstring: boxes → whole-pixel regions.
+
+    Args:
+        boxes: float (N, 4) ``[x, y, w, h]``, image pixels.
+        margin: fraction of the box size added on each side, >= 0.
+        square: expand the shorter side to the longer one around the centre.
+
+    Returns:
+        int64 (N, 4) regions (x1, y1, x2, y2), image pixels, ``x2 > x1`` and ``y2 > y1``.
+    """
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+    size = boxes[:, 2:] * (1 + 2 * margin)
+    if square:
+        size = np.repeat(size.max(axis=1, keepdims=True), 2, axis=1)
+    centre = boxes[:, :2] + boxes[:, 2:] / 2
+    low = np.floor(centre - size / 2 + 0.5)  # corner and size rounded apart: squares stay square
+    whole = np.maximum(np.floor(size + 0.5), 1)
+    return np.concatenate([low, low + whole], axis=1).astype(np.int64)
+
+
+def crop(
+    image: np.ndarray,
+    boxes: np.ndarray,
+    size: tuple[int, int],
+    margin: float = 0.0,
+    square: bool = False,
+) -> tuple[np.ndarray, list[CropTransform]]:
+    """Cut one crop per box out of ``image`` (the module docstring's steps 1–6).
+
+    Args:
+        image: uint8 (H, W, C), e.g. BGR (H, W, 3) from :func:`streamer.vision.decode.decode_image`.
+        boxes: float (N, 4) ``[x, y, w, h]``, image pixels; N may be 0.
+        size: (height, width) of each crop, pixels.
+        margin: fraction of the box size added on each side, >= 0.
+        square: expand the shorter side to the longer one around the centre.
+
+    Returns:
+        The crops, ``image.dtype`` (N, height, width, C), C-contiguous, and each crop's
+        transform back to image pixels.
+    """
+    height, width = size
+    image_h, image_w = image.shape[:2]
+    regions = crop_regions(boxes, margin, square)
+    crops = np.empty((len(regions), height, width, *image.shape[2:]), image.dtype)
+    transforms = []
+    for k, (x1, y1, x2, y2) in enumerate(regions.tolist()):
+        shrink = y2 - y1 >= height and x2 - x1 >= width
+        interpolation = cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
+        cut = _cut(image, x1, y1, x2, y2)
+        resized = cv2.resize(cut, (width, height), interpolation=interpolation)
+        crops[k] = resized.reshape(crops.shape[1:])  # cv2 drops a single channel's axis
+        transforms.append(CropTransform(x1, y1, x2, y2, width, height, image_w, image_h))
+    return crops, transforms
+
+
+def _cut(image: np.ndarray, x1: int, y1: int, x2: int, y2: int) -> np.ndarray:
+    """The region [x1, x2) × [y1, y2) of ``image``: a view when inside it, else a zero-padded
+    copy of the same size."""
+    h, w = image.shape[:2]
+    if x1 >= 0 and y1 >= 0 and x2 <= w and y2 <= h:
+        return image[y1:y2, x1:x2]
+    out = np.zeros((y2 - y1, x2 - x1, *image.shape[2:]), image.dtype)
+    ix1, iy1, ix2, iy2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
+    if ix2 > ix1 and iy2 > iy1:
+        out[iy1 - y1 : iy2 - y1, ix1 - x1 : ix2 - x1] = image[iy1:iy2, ix1:ix2]
+    return out
+
+
+class Crops:
+    """The ``crops`` adapter for the downstream model described by ``info``.
+
+    Thread-safe (it holds only its parameters).
+
+    Args:
+        params: validated :class:`CropParams`.
+        info: the downstream model; its first input is 4-D, NCHW when its dim 1 is 3, NHWC
+            otherwise, and gives the crop size unless ``params.size`` does.
+
+    Raises:
+        ConfigError: the first input is not 4-D, or its height/width are dynamic and ``size``
+            is not set, or ``size`` disagrees with a static size.
+    """
+
+    def __init__(self, params: CropParams, info: ModelInfo) -> None:
+        self.margin = params.margin
+        self.square = params.square
+        self.size = _crop_size(params, info)
+
+    def __call__(
+        self, image: np.ndarray, detections: Sequence[dict[str, Any]]
+    ) -> tuple[np.ndarray, list[CropTransform]]:
+        """Crops of one frame's detections; see :func:`crop`.
+
+        Args:
+            image: the decoded frame, BGR uint8 (H, W, 3).
+            detections: the upstream detections, each with a ``box`` ``[x, y, w, h]``, pixels.
+
+        Returns:
+            uint8 (N, height, width, 3) crops (BGR) and their transforms, N = len(detections).
+
+        Raises:
+            FrameError: ``preprocess_failed`` when a box is not 4 finite numbers.
+        """
+        boxes = detection_boxes(detections)
+        return crop(image, boxes, self.size, self.margin, self.square)
+
+
+def _crop_size(params: CropParams, info: ModelInfo) -> tuple[int, int]:
+    """(height, width) of the crops for the model ``info``.
+
+    Raises:
+        ConfigError: see :class:`Crops`.
+    """
+    if not info.inputs or len(info.inputs[0].shape) != 4:
+        raise ConfigError(f"model {info.name!r}: crops need a 4-D image input")
+    shape = info.inputs[0].shape
+    h, w = shape[2:4] if shape[1] == 3 else shape[1:3]
+    if params.size is None:
+        if h < 1 or w < 1:
+            raise ConfigError(f"size: model {info.name!r} has a dynamic height/width; set it")
+        return h, w
+    sh, sw = params.size
+    if sh < 1 or sw < 1 or (h > 0 and h != sh) or (w > 0 and w != sw):
+        raise ConfigError(f"size: {list(params.size)} does not fit model {info.name!r} ({h}x{w})")
+    return sh, sw

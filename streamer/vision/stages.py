@@ -1,0 +1,163 @@
+"""Item stages: models that run several inputs per frame (a pyramid, one crop per detection).
+
+A frame enters such a stage, :meth:`ItemStage.items` turns it into *items* (one input tensor
+each, without the batch axis), the items are batched across frames like frames are, and once
+every item of the frame came back :meth:`ItemStage.finish` folds their outputs into the
+frame's results. Selected by the model's ``postprocess.kind``; the stage prepares its own
+inputs, so such a model has no ``preprocess`` table.
+
+======================= ================================== ==================================
+kind                    items of a frame                   finish
+======================= ================================== ==================================
+``mtcnn_pnet``          one P-Net input per pyramid gear   ``detections`` = the proposals
+``mtcnn_rnet``          a 24x24 crop per detection         ``detections`` = the refined boxes
+``mtcnn_onet``          a 48x48 crop per detection         ``merge = "replace"``: ``detections``
+                                                           = the faces with five keypoints;
+                                                           ``"attach"``: each detection gets
+                                                           ``onet`` (its face, or null)
+======================= ================================== ==================================
+
+MTCNN: Zhang et al. 2016, "Joint Face Detection and Alignment using Multi-task Cascaded
+Convolutional Networks" (see :mod:`streamer.vision.mtcnn`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from streamer.runtime.base import ModelInfo
+from streamer.vision.mtcnn import ONet, ONetParams, PNet, PNetParams, RNet, RNetParams
+from streamer.vision.registry import Registry
+
+__all__ = ["ITEM_STAGES", "ItemStage", "ONetStageParams"]
+
+ItemOutputs = tuple[np.ndarray, ...]
+"""One item's outputs: one array per model output, without the batch axis."""
+
+
+class ItemStage(Protocol):
+    """A stage that runs several items per frame. Implementations are thread-safe."""
+
+    def items(
+        self, image: np.ndarray, results: dict[str, Any]
+    ) -> tuple[list[np.ndarray], list[Any]]:
+        """The inputs of one frame: tensors (no batch axis) and a transform for each.
+
+        Args:
+            image: the decoded frame, BGR uint8 (H, W, 3).
+            results: the frame's results so far (the upstream stages' ``detections``).
+        """
+
+    def finish(
+        self, outputs: Sequence[ItemOutputs], transforms: Sequence[Any], results: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The frame's results once all of its items ran (``results`` updated and returned)."""
+
+
+def _stacked(outputs: Sequence[ItemOutputs]) -> list[np.ndarray]:
+    """Per-item outputs back to batch-first arrays, one per model output."""
+    return [np.stack([item[k] for item in outputs]) for k in range(len(outputs[0]))]
+
+
+def _detections(results: dict[str, Any]) -> list[dict[str, Any]]:
+    found = results.get("detections")
+    return found if isinstance(found, list) else []
+
+
+class PNetStage:
+    """MTCNN's P-Net over fixed pyramid gears."""
+
+    def __init__(self, params: PNetParams, info: ModelInfo) -> None:
+        self._pnet = PNet(params)
+
+    def items(
+        self, image: np.ndarray, results: dict[str, Any]
+    ) -> tuple[list[np.ndarray], list[Any]]:
+        tensors, transforms = self._pnet.prepare(image)
+        return list(tensors), list(transforms)
+
+    def finish(
+        self, outputs: Sequence[ItemOutputs], transforms: Sequence[Any], results: dict[str, Any]
+    ) -> dict[str, Any]:
+        candidates = [
+            found
+            for item, transform in zip(outputs, transforms, strict=True)
+            for found in self._pnet.decode([o[None] for o in item], [transform])
+        ]
+        results["detections"] = self._pnet.merge(candidates)
+        return results
+
+
+class RNetStage:
+    """MTCNN's R-Net on a crop of every detection; its boxes replace the detections."""
+
+    def __init__(self, params: RNetParams, info: ModelInfo) -> None:
+        self._rnet = RNet(params)
+
+    def items(
+        self, image: np.ndarray, results: dict[str, Any]
+    ) -> tuple[list[np.ndarray], list[Any]]:
+        found = _detections(results)
+        if not found:
+            return [], []
+        inputs, transforms = self._rnet.prepare(image, found)
+        return list(inputs), list(transforms)
+
+    def finish(
+        self, outputs: Sequence[ItemOutputs], transforms: Sequence[Any], results: dict[str, Any]
+    ) -> dict[str, Any]:
+        results["detections"] = self._rnet.finish(_stacked(outputs), transforms)
+        return results
+
+
+class ONetStageParams(ONetParams):
+    """O-Net's parameters, and what it does with the upstream detections.
+
+    Attributes:
+        merge: ``replace`` (MTCNN: O-Net's faces become the detections) or ``attach`` (each
+            upstream detection gets ``onet``: O-Net's face for its crop, or null when O-Net
+            rejects it; BlazeFace → O-Net).
+    """
+
+    merge: Literal["replace", "attach"] = "replace"
+
+
+class ONetStage:
+    """MTCNN's O-Net on a crop of every detection."""
+
+    def __init__(self, params: ONetStageParams, info: ModelInfo) -> None:
+        self._onet = ONet(ONetParams(**params.model_dump(exclude={"merge"})))
+        self._merge = params.merge
+
+    def items(
+        self, image: np.ndarray, results: dict[str, Any]
+    ) -> tuple[list[np.ndarray], list[Any]]:
+        found = _detections(results)
+        if not found:
+            return [], []
+        inputs, transforms = self._onet.prepare(image, found)
+        return list(inputs), list(transforms)
+
+    def finish(
+        self, outputs: Sequence[ItemOutputs], transforms: Sequence[Any], results: dict[str, Any]
+    ) -> dict[str, Any]:
+        if self._merge == "replace":
+            results["detections"] = self._onet.finish(_stacked(outputs), transforms)
+            return results
+        for detection, item, transform in zip(
+            _detections(results), outputs, transforms, strict=True
+        ):
+            faces = self._onet.finish([o[None] for o in item], [transform])
+            detection["onet"] = faces[0] if faces else None
+        return results
+
+
+ITEM_STAGES: Registry[ItemStage] = Registry("item stage")
+"""Item stages by ``postprocess.kind``."""
+
+ITEM_STAGES.register("mtcnn_pnet", PNetParams)(PNetStage)
+ITEM_STAGES.register("mtcnn_rnet", RNetParams)(RNetStage)
+ITEM_STAGES.register("mtcnn_onet", ONetStageParams)(ONetStage)
