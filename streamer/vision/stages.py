@@ -15,6 +15,9 @@ kind                    items of a frame                   finish
                                                            = the faces with five keypoints;
                                                            ``"attach"``: each detection gets
                                                            ``onet`` (its face, or null)
+``mtcnn_classify``      the whole frame, squared and       ``face``: ``{"score", "is_face"}``
+                        resized to R-Net's or O-Net's      (R-Net or O-Net as a face /
+                        input                              non-face classifier)
 ======================= ================================== ==================================
 
 MTCNN: Zhang et al. 2016, "Joint Face Detection and Alignment using Multi-task Cascaded
@@ -27,10 +30,13 @@ from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 import numpy as np
+from pydantic import Field
 
 from streamer.runtime.base import ModelInfo
+from streamer.vision.crops import CropParams, Crops
 from streamer.vision.mtcnn import ONet, ONetParams, PNet, PNetParams, RNet, RNetParams
-from streamer.vision.registry import Registry
+from streamer.vision.mtcnn.layout import PROBABILITY, REGRESSION, split_outputs, to_tensor
+from streamer.vision.registry import PluginParams, Registry
 
 __all__ = ["ITEM_STAGES", "ItemStage", "ONetStageParams"]
 
@@ -155,9 +161,47 @@ class ONetStage:
         return results
 
 
+class ClassifyParams(PluginParams):
+    """Parameters of ``mtcnn_classify``.
+
+    Attributes:
+        threshold: face probability above which ``is_face`` is true.
+    """
+
+    threshold: float = Field(0.7, ge=0, le=1)
+
+
+class FaceClassifier:
+    """R-Net (or O-Net) on the whole frame as a face / non-face classifier (the frame is the
+    crop: squared, resized to the model's input, MTCNN's layout)."""
+
+    def __init__(self, params: ClassifyParams, info: ModelInfo) -> None:
+        self._crops = Crops(CropParams(square=True), info)
+        self._threshold = params.threshold
+        self._name = info.name
+
+    def items(
+        self, image: np.ndarray, results: dict[str, Any]
+    ) -> tuple[list[np.ndarray], list[Any]]:
+        height, width = image.shape[:2]
+        crops, transforms = self._crops(image, [{"box": [0, 0, width, height]}])
+        return list(to_tensor(crops)), transforms
+
+    def finish(
+        self, outputs: Sequence[ItemOutputs], transforms: Sequence[Any], results: dict[str, Any]
+    ) -> dict[str, Any]:
+        _, probabilities = split_outputs(
+            _stacked(outputs), (REGRESSION, PROBABILITY), len(transforms), self._name
+        )
+        score = float(probabilities[0, 1])
+        results["face"] = {"score": round(score, 4), "is_face": score > self._threshold}
+        return results
+
+
 ITEM_STAGES: Registry[ItemStage] = Registry("item stage")
 """Item stages by ``postprocess.kind``."""
 
 ITEM_STAGES.register("mtcnn_pnet", PNetParams)(PNetStage)
 ITEM_STAGES.register("mtcnn_rnet", RNetParams)(RNetStage)
 ITEM_STAGES.register("mtcnn_onet", ONetStageParams)(ONetStage)
+ITEM_STAGES.register("mtcnn_classify", ClassifyParams)(FaceClassifier)

@@ -1,0 +1,122 @@
+"""Chains of models through the daemon: MTCNN (P-Net → R-Net → O-Net), BlazeFace → O-Net."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+
+from streamer.clients.producer import produce
+from streamer.transport.protocol import encode_frame
+
+from .conftest import Client, Daemon, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def start_config(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[[str], Daemon]]:
+    """Start a daemon on a shipped config, moved to free ports and JSON logs."""
+    daemons: list[Daemon] = []
+
+    def start(name: str) -> Daemon:
+        ports = free_port(), free_port(), free_port()
+        text = (ROOT / "configs" / name).read_text()
+        text = text.replace("127.0.0.1:5555", f"127.0.0.1:{ports[0]}")
+        text = text.replace("127.0.0.1:5556", f"127.0.0.1:{ports[1]}")
+        header = f'[daemon]\nlog_format = "json"\nhttp_address = "127.0.0.1:{ports[2]}"\n'
+        path = tmp_path / name
+        path.write_text(header + text)
+        daemon = Daemon(path, *ports)
+        daemons.append(daemon)
+        daemon.wait_event("ready")
+        return daemon
+
+    yield start
+    for daemon in daemons:
+        daemon.close()
+
+
+def inside(point: list[float], box: list[float]) -> bool:
+    x, y, w, h = box
+    return x <= point[0] <= x + w and y <= point[1] <= y + h
+
+
+def iou(a: list[float], b: list[float]) -> float:
+    w = max(0.0, min(a[0] + a[2], b[0] + b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[1] + a[3], b[1] + b[3]) - max(a[1], b[1]))
+    return w * h / (a[2] * a[3] + b[2] * b[3] - w * h)
+
+
+def send_stills(client: Client, images: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    for name, image in images.items():
+        jpeg = cv2.imencode(".png", image)[1].tobytes()
+        client.send_parts(encode_frame(name, 0, jpeg, encoding="png"))
+    return {r["source"]: r for r in client.collect(len(images))}
+
+
+def test_mtcnn_chain(
+    start_config: Any,
+    connect: Any,
+    assets: dict[str, Path],
+    astronaut: np.ndarray,
+    coffee: np.ndarray,
+    chelsea: np.ndarray,
+) -> None:
+    daemon = start_config("mtcnn.toml")
+    client: Client = connect(daemon)
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw")
+    frames = client.collect(121)[:-1]
+    assert [r["seq"] for r in frames] == list(range(120))
+    assert sum(len(r["detections"]) == 1 for r in frames) >= 115
+    assert all(r["error"] is None and r["model"] in ("pnet", "rnet", "onet") for r in frames)
+    grace = cv2.imread(str(assets["grace_hopper.jpg"]))
+    stills = {"astronaut": astronaut, "grace": grace, "coffee": coffee, "chelsea": chelsea}
+    results = send_stills(client, stills)
+    for name in ("astronaut", "grace"):
+        (face,) = results[name]["detections"]
+        assert len(face["keypoints"]) == 5
+        assert all(inside(point, face["box"]) for point in face["keypoints"])
+    assert iou(results["astronaut"]["detections"][0]["box"], [179, 60, 89, 113]) >= 0.5
+    assert results["coffee"]["detections"] == [] and results["chelsea"]["detections"] == []
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["published"] == final["received"]
+
+
+def test_blazeface_then_onet(
+    start_config: Any, connect: Any, astronaut: np.ndarray, coffee: np.ndarray
+) -> None:
+    daemon = start_config("blazeface_onet.toml")
+    client: Client = connect(daemon)
+    results = send_stills(client, {"astronaut": astronaut, "coffee": coffee})
+    (face,) = results["astronaut"]["detections"]
+    assert face["onet"] is not None and face["onet"]["score"] > 0.9
+    assert len(face["onet"]["keypoints"]) == 5
+    assert all(inside(p, face["box"]) for p in face["onet"]["keypoints"])
+    assert results["coffee"]["detections"] == []  # no face: O-Net skipped, still published
+    assert results["astronaut"]["model"] == "onet" and results["coffee"]["error"] is None
+    assert daemon.stop() == 0
+
+
+def test_rnet_alone_classifies_lfw(
+    start_config: Any, connect: Any, assets: dict[str, Path]
+) -> None:
+    """skimage's lfw_subset: 100 faces then 100 non-faces, 25x25 gray, sent as raw frames."""
+    gray = np.load(assets["lfw_subset.npy"])
+    images = np.round(gray * 255).astype(np.uint8)
+    daemon = start_config("face_classifier.toml")
+    client: Client = connect(daemon)
+    for seq, image in enumerate(images):
+        header, payload = encode_frame("lfw", seq, image, encoding="raw", color="gray")
+        client.send_parts([header, payload])
+    results = client.collect(200)
+    assert [r["seq"] for r in results] == list(range(200))
+    predicted = np.array([r["face"]["is_face"] for r in results])
+    truth = np.repeat([True, False], 100)
+    assert (predicted == truth).mean() >= 0.98
+    assert daemon.stop() == 0
