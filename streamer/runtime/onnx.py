@@ -6,6 +6,8 @@ returns finished batches in FIFO order, and at most ``max_in_flight`` batches ar
 
 Backend options (``[runtime.options]``): ``intra_op_threads`` (int, 0 = onnxruntime's
 default), ``providers`` (list of execution providers, default ``["CPUExecutionProvider"]``).
+With the CUDA execution provider, ``runtime.devices`` are CUDA device ids; on the CPU each
+device entry is one more CPU replica.
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ def session_model_info(
     return ModelInfo(name, inputs, outputs, batch_gears=gears)
 
 
+def _provider_options(providers: list[str], device: int) -> list[dict[str, Any]]:
+    """Per-provider options: the CUDA (or ROCm) provider runs on ``device``; others, none."""
+    gpu = {"CUDAExecutionProvider", "ROCMExecutionProvider"}
+    return [{"device_id": device} if p in gpu else {} for p in providers]
+
+
 class OnnxBackend(Backend):
     """onnxruntime sessions behind the queue-bound contract.
 
@@ -93,7 +101,12 @@ class OnnxBackend(Backend):
         if not spec.path.is_file():
             raise ModelError(f"model {spec.name!r}: no file at {spec.path}")
         try:
-            session = ort.InferenceSession(str(spec.path), sess_options, providers=providers)
+            session = ort.InferenceSession(
+                str(spec.path),
+                sess_options,
+                providers=providers,
+                provider_options=_provider_options(providers, spec.device),
+            )
         except Exception as exc:  # onnxruntime raises its own untyped pybind exceptions
             raise ModelError(f"model {spec.name!r}: cannot load {spec.path}: {exc}") from exc
         return OnnxModel(spec, session)

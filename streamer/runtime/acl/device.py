@@ -117,6 +117,8 @@ def _open_device(acl: Any, device_id: int, teardown: Teardown) -> DeviceContext:
     stream, ret = acl.rt.create_stream()
     check_ret(ret, "acl.rt.create_stream")
     teardown.push("acl.rt.destroy_stream", acl.rt.destroy_stream, stream)
+    # Drain: every task on the device finished before its resources go (multi-device page).
+    teardown.push("acl.rt.synchronize_device", acl.rt.synchronize_device)
     teardown.push("acl.rt.set_context", acl.rt.set_context, context)
     mode, ret = acl.rt.get_run_mode()
     check_ret(ret, "acl.rt.get_run_mode")

@@ -127,6 +127,14 @@ def _streams(sim: Simulator, rt: ModuleType) -> None:
     def synchronize_stream_with_timeout(stream: int, timeout_ms: int) -> int:
         return sim.stream(stream).synchronize(timeout_ms)
 
+    def synchronize_device() -> int:
+        device = sim.devices.current().device
+        for stream in sim.device_streams(device):
+            if (ret := stream.synchronize(-1)) != 0:
+                return ret
+        return 0
+
+    export(rt, "acl.rt.synchronize_device", "", "ret", synchronize_device)
     export(rt, "acl.rt.create_stream", "", "pair", create_stream)
     export(rt, "acl.rt.destroy_stream", "k", "ret", destroy_stream)
     export(rt, "acl.rt.synchronize_stream", "k", "ret", synchronize_stream)

@@ -123,6 +123,11 @@ class Simulator:
             self._streams[handle] = stream
         return handle
 
+    def device_streams(self, device: int) -> list[SimStream]:
+        """The live streams created on ``device``."""
+        with self._lock:
+            return [s for s in self._streams.values() if s.device == device]
+
     def stream(self, handle: int) -> SimStream:
         """Raises: SimError: no such stream."""
         with self._lock:

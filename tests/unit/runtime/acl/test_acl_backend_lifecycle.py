@@ -30,6 +30,7 @@ STARTUP = [
 ]
 DEVICE_TEARDOWN = [
     "acl.rt.set_context",
+    "acl.rt.synchronize_device",
     "acl.rt.destroy_stream",
     "acl.rt.destroy_context",
     "acl.rt.reset_device",
