@@ -11,10 +11,34 @@ from __future__ import annotations
 import abc
 import threading
 from enum import Enum
+from types import TracebackType
+from typing import Any, TypeVar
 
 from streamer.errors import StreamerError
 
-__all__ = ["Status", "Worker"]
+__all__ = ["Closing", "Status", "Worker"]
+
+
+_C = TypeVar("_C", bound="Closing")
+
+
+class Closing(abc.ABC):
+    """Base: ``with obj:`` calls ``obj.close()`` on the way out, on every exit path."""
+
+    @abc.abstractmethod
+    def close(self) -> Any:
+        """Release what the object holds; idempotent."""
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 class Status(str, Enum):

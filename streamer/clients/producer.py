@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 import cv2
@@ -25,6 +24,7 @@ import zmq
 
 from streamer.assets import media_path
 from streamer.errors import ClientError
+from streamer.lifecycle import Closing
 from streamer.transport.protocol import ENCODINGS, encode_eos, encode_frame
 
 __all__ = [
@@ -168,7 +168,7 @@ class ProducerStats:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
 
 
-class Producer:
+class Producer(Closing):
     """Sends the frames of one source on a PUSH socket connected to a daemon's ingress.
 
     The socket sets ``IMMEDIATE`` (frames queue only on a completed connection), ``SNDHWM``,
@@ -261,16 +261,6 @@ class Producer:
         """Close the socket, waiting at most ``linger_s`` for queued messages; idempotent."""
         self._socket.close()
 
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _send(self, parts: Sequence[bytes | memoryview]) -> None:
         if not self._first_ns:

@@ -21,7 +21,6 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import cv2
@@ -29,6 +28,7 @@ import numpy as np
 import zmq
 
 from streamer.errors import ClientError
+from streamer.lifecycle import Closing
 
 __all__ = [
     "DEFAULT_SUBSCRIBER_ENDPOINT",
@@ -46,7 +46,7 @@ _RED = (0, 0, 255)
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
 
 
-class Subscriber:
+class Subscriber(Closing):
     """A SUB socket connected to a daemon's PUB egress that yields result dicts.
 
     Only results whose topic is exactly one of ``sources`` are returned (ZMQ subscriptions
@@ -135,16 +135,6 @@ class Subscriber:
         """Close the socket; idempotent."""
         self._socket.close()
 
-    def __enter__(self) -> Subscriber:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _parse(self, parts: list[bytes]) -> dict[str, Any] | None:
         if len(parts) != 2:
@@ -276,7 +266,7 @@ def _draw_detection(image: np.ndarray, detection: dict[str, Any], thickness: int
         cv2.circle(image, (round(px), round(py)), thickness + 1, _RED, -1)
 
 
-class Annotator:
+class Annotator(Closing):
     """Draws results onto the video a producer sent and writes an annotated copy.
 
     Frame *i* of ``video`` is the frame sent with seq *i* (one pass from the start, as
@@ -330,16 +320,6 @@ class Annotator:
         self._capture.release()
         return self.frames_written
 
-    def __enter__(self) -> Annotator:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _write_next(self, result: dict[str, Any] | None) -> bool:
         ok, frame = self._capture.read()

@@ -26,12 +26,12 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from streamer.errors import FrameError
+from streamer.lifecycle import Closing
 
 __all__ = [
     "Backend",
@@ -159,7 +159,7 @@ class InferenceOutputs:
     end_ns: int = 0
 
 
-class QueueModel(abc.ABC):
+class QueueModel(Closing, abc.ABC):
     """A loaded model fed through an input queue and drained through an output queue.
 
     Thread rules: :meth:`enqueue` only from one thread (the batcher), :meth:`dequeue` only from
@@ -199,19 +199,9 @@ class QueueModel(abc.ABC):
     def close(self) -> None:
         """Release the model's resources. Idempotent."""
 
-    def __enter__(self) -> QueueModel:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
-class Backend(abc.ABC):
+class Backend(Closing, abc.ABC):
     """An inference runtime that loads models into :class:`QueueModel` objects."""
 
     name: str
@@ -229,13 +219,3 @@ class Backend(abc.ABC):
     def close(self) -> None:
         """Release the runtime (after every model is closed). Idempotent."""
 
-    def __enter__(self) -> Backend:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

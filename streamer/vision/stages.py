@@ -73,6 +73,17 @@ def _detections(results: dict[str, Any]) -> list[dict[str, Any]]:
     return found if isinstance(found, list) else []
 
 
+def _crop_items(
+    net: RNet | ONet, image: np.ndarray, results: dict[str, Any]
+) -> tuple[list[np.ndarray], list[Any]]:
+    """One square crop per upstream detection, in the refining net's layout; none without."""
+    found = _detections(results)
+    if not found:
+        return [], []
+    inputs, transforms = net.prepare(image, found)
+    return list(inputs), list(transforms)
+
+
 class PNetStage:
     """MTCNN's P-Net over fixed pyramid gears."""
 
@@ -106,11 +117,7 @@ class RNetStage:
     def items(
         self, image: np.ndarray, results: dict[str, Any]
     ) -> tuple[list[np.ndarray], list[Any]]:
-        found = _detections(results)
-        if not found:
-            return [], []
-        inputs, transforms = self._rnet.prepare(image, found)
-        return list(inputs), list(transforms)
+        return _crop_items(self._rnet, image, results)
 
     def finish(
         self, outputs: Sequence[ItemOutputs], transforms: Sequence[Any], results: dict[str, Any]
@@ -141,11 +148,7 @@ class ONetStage:
     def items(
         self, image: np.ndarray, results: dict[str, Any]
     ) -> tuple[list[np.ndarray], list[Any]]:
-        found = _detections(results)
-        if not found:
-            return [], []
-        inputs, transforms = self._onet.prepare(image, found)
-        return list(inputs), list(transforms)
+        return _crop_items(self._onet, image, results)
 
     def finish(
         self, outputs: Sequence[ItemOutputs], transforms: Sequence[Any], results: dict[str, Any]
