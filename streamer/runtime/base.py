@@ -112,6 +112,10 @@ class ModelInfo:
     def describe(self) -> list[str]:
         """Human-readable lines, one per tensor (used by ``streamer check``)."""
         lines = [f"model {self.name}: batch gears {list(self.batch_gears) or 'any'}"]
+        if self.hw_gears:
+            lines.append(f"  resolution gears (h, w): {[list(g) for g in self.hw_gears]}")
+        if self.dims_gears:
+            lines.append(f"  dims gears: {[list(g) for g in self.dims_gears]}")
         for kind, tensors in (("input", self.inputs), ("output", self.outputs)):
             lines += [f"  {kind} {t.name}: {list(t.shape)} {t.dtype}" for t in tensors]
         return lines

@@ -15,12 +15,18 @@ input, keeping its aspect ratio, centres it and pads the borders::
     std = 0.5            # idem; (x / 255 - mean) / std, so 0.5 / 0.5 gives [-1, 1]
     pad_value = 0        # border pixel value, 0..255, before normalisation
     layout = "NCHW"      # the model input's layout: "NCHW" (default) | "NHWC"
-    # size = [h, w]      # required only when the model's input height/width are dynamic
+    # size = [h, w]      # required when the model's input height/width are dynamic and it
+                         # has no resolution gears; with gears, pins every frame to that gear
+
+For a model with resolution gears (ACL ``--dynamic_image_size``, or ``--dynamic_dims`` gears
+that set the input's H and W) each frame is letterboxed into the gear whose aspect ratio is
+closest to its own (see :meth:`Letterbox.choose_size`), so its tensor has that gear's H × W.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal, Protocol
 
 import cv2
@@ -141,7 +147,9 @@ class LetterboxParams(PluginParams):
     std: float | _Triple = 0.5
     pad_value: int = Field(0, ge=0, le=255)
     layout: Literal["NCHW", "NHWC"] = "NCHW"
-    size: tuple[int, int] | None = Field(None, description="(height, width) for dynamic inputs")
+    size: tuple[int, int] | None = Field(
+        None, description="(height, width) for dynamic inputs; with gears, one of them"
+    )
 
     def per_channel(self) -> tuple[np.ndarray, np.ndarray]:
         """``mean`` and ``std`` as float64 (3,) arrays, in the model's channel order.
@@ -166,18 +174,32 @@ class Letterbox:
     256-entry table in the model's dtype), written straight into the output tensor; the
     borders are filled with the normalised ``pad_value``.
 
+    **Resolution gears** (ACL's 档位 for ``--dynamic_image_size`` / ``--dynamic_dims``, seeds
+    "动态Batch/动态分辨率/动态维度"; ``acl.mdl.set_dynamic_hw_size`` accepts only those sizes,
+    RT ``python/docs/zh/api_ref/ge/function-set_dynamic_hw_size.md``). When the first input's
+    height and width are dynamic, the candidate sizes are ``info.hw_gears``, or else the
+    distinct (H, W) of ``info.dims_gears`` (their first values are the first input's dims);
+    each frame goes to the one :meth:`choose_size` picks. ``size`` pins every frame to one
+    gear. The batcher groups frames by tensor shape, so frames of different gears never share
+    a batch.
+
     Args:
         params: validated :class:`LetterboxParams`.
         info: the loaded model; its first input gives the size, dtype and (with ``layout``)
-            the channel axis.
+            the channel axis; ``hw_gears`` / ``dims_gears`` the resolution gears.
+
+    Attributes:
+        sizes: the (height, width) the tensors can have, pixels: one, or the gears.
 
     Raises:
         ConfigError: the first input is not 4-D with 3 channels, is not floating point, or
-            its height/width are dynamic and ``size`` is not set (or disagrees with them).
+            its height/width are dynamic with no gears and ``size`` is not set (or disagrees
+            with them); ``size`` is not one of the gears; the model has resolution gears but
+            ``layout`` does not put both dynamic dims at H and W.
     """
 
     def __init__(self, params: LetterboxParams, info: ModelInfo) -> None:
-        self.height, self.width, self.dtype = _input_geometry(params, info)
+        self.sizes, self.dtype = _input_geometry(params, info)
         self.layout = params.layout
         mean, std = params.per_channel()
         levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
@@ -187,24 +209,50 @@ class Letterbox:
         self._pad = self._tables[:, params.pad_value].copy()
 
     def __call__(self, image: np.ndarray) -> tuple[np.ndarray, LetterboxTransform]:
-        """Letterbox one BGR uint8 (H, W, 3) image; see :meth:`Preprocessor.__call__`."""
+        """Letterbox one BGR uint8 (H, W, 3) image; see :meth:`Preprocessor.__call__`.
+
+        The tensor is (3, h, w) for NCHW or (h, w, 3) for NHWC, (h, w) from
+        :meth:`choose_size`.
+        """
         h, w = image.shape[:2]
-        transform = LetterboxTransform.fit(w, h, self.width, self.height)
+        height, width = self.choose_size(w, h)
+        transform = LetterboxTransform.fit(w, h, width, height)
         resized = _resize(image, transform)
-        out, planes = self._output()
+        out, planes = self._output(height, width)
         rows = slice(transform.pad_y, transform.pad_y + transform.resized_height)
         cols = slice(transform.pad_x, transform.pad_x + transform.resized_width)
         for c, src in enumerate(self._sources):
             np.take(self._tables[c], resized[:, :, src], out=planes[c][rows, cols], mode="clip")
         return out, transform
 
-    def _output(self) -> tuple[np.ndarray, list[np.ndarray]]:
+    def choose_size(self, image_width: int, image_height: int) -> tuple[int, int]:
+        """The (height, width) in pixels an image of that size is letterboxed into.
+
+        With one size, that one. With resolution gears, the gear whose aspect ratio
+        (width / height) is closest to the image's, distance measured as the larger of the two
+        ratios divided by the smaller (``|log r_gear - log r_image|``, so 2:1 and 1:2 are
+        equally far from 1:1; compared exactly, as fractions). Ties go to the larger gear (more
+        pixels), then to the earlier one in the model's gear list. A wide frame thus gets a
+        wide gear and loses the least area to padding (streamer's rule, issue 4).
+        """
+        if len(self.sizes) == 1:
+            return self.sizes[0]
+        image = Fraction(image_width, image_height)
+
+        def key(item: tuple[int, tuple[int, int]]) -> tuple[Fraction, int, int]:
+            index, (height, width) = item
+            ratio = Fraction(width, height) / image
+            return max(ratio, 1 / ratio), -height * width, index
+
+        return min(enumerate(self.sizes), key=key)[1]
+
+    def _output(self, height: int, width: int) -> tuple[np.ndarray, list[np.ndarray]]:
         """A new output tensor pre-filled with the border value, and its 3 channel views."""
         if self.layout == "NCHW":
-            out = np.empty((3, self.height, self.width), self.dtype)
+            out = np.empty((3, height, width), self.dtype)
             out[...] = self._pad[:, None, None]
             return out, [out[0], out[1], out[2]]
-        out = np.empty((self.height, self.width, 3), self.dtype)
+        out = np.empty((height, width, 3), self.dtype)
         out[...] = self._pad
         return out, [out[:, :, 0], out[:, :, 1], out[:, :, 2]]
 
@@ -218,8 +266,12 @@ def _resize(image: np.ndarray, transform: LetterboxTransform) -> np.ndarray:
     return cv2.resize(image, size, interpolation=interpolation)
 
 
-def _input_geometry(params: LetterboxParams, info: ModelInfo) -> tuple[int, int, np.dtype]:
-    """(height, width, dtype) of the model's first input.
+Size = tuple[int, int]
+"""(height, width), pixels."""
+
+
+def _input_geometry(params: LetterboxParams, info: ModelInfo) -> tuple[tuple[Size, ...], np.dtype]:
+    """The (height, width) sizes the tensors can have, and the dtype of the first input.
 
     Raises:
         ConfigError: see :class:`Letterbox`.
@@ -240,7 +292,51 @@ def _input_geometry(params: LetterboxParams, info: ModelInfo) -> tuple[int, int,
         )
     if not np.issubdtype(tensor.dtype, np.floating):
         raise ConfigError(f"input {tensor.name!r} is {tensor.dtype}, expected floating point")
-    return (*_input_size(params, tensor.name, h, w), tensor.dtype)
+    gears = _resolution_gears(params, info, h, w)
+    if not gears:
+        return (_input_size(params, tensor.name, h, w),), tensor.dtype
+    return _pinned(params, gears), tensor.dtype
+
+
+def _resolution_gears(params: LetterboxParams, info: ModelInfo, h: int, w: int) -> tuple[Size, ...]:
+    """The model's resolution gears for its first input (class docstring), or () when its
+    height and width are static or it has none.
+
+    Raises:
+        ConfigError: the model has ``hw_gears`` but only one of H, W (per ``layout``) is
+            dynamic.
+    """
+    if h > 0 and w > 0:
+        return ()
+    if info.hw_gears:
+        if h > 0 or w > 0:
+            shape = list(info.inputs[0].shape)
+            raise ConfigError(
+                f"layout: input {info.inputs[0].name!r} {shape} read as {params.layout} has "
+                f"one dynamic dim at H/W, but the model's resolution gears "
+                f"{[list(g) for g in info.hw_gears]} set both"
+            )
+        return tuple((int(gh), int(gw)) for gh, gw in info.hw_gears)
+    h_axis, w_axis = (2, 3) if params.layout == "NCHW" else (1, 2)
+    sizes = ((g[h_axis], g[w_axis]) for g in info.dims_gears if len(g) > w_axis)
+    return tuple(dict.fromkeys(sizes))
+
+
+def _pinned(params: LetterboxParams, gears: tuple[Size, ...]) -> tuple[Size, ...]:
+    """``gears``, or just ``size`` when it is set.
+
+    Raises:
+        ConfigError: ``size`` is not one of ``gears``.
+    """
+    if params.size is None:
+        return gears
+    size = (params.size[0], params.size[1])
+    if size not in gears:
+        raise ConfigError(
+            f"size: {list(size)} is not one of the model's resolution gears "
+            f"{[list(g) for g in gears]}"
+        )
+    return (size,)
 
 
 def _input_size(params: LetterboxParams, name: str, h: int, w: int) -> tuple[int, int]:

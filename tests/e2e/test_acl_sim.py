@@ -8,11 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import cv2
 import pytest
 
 from streamer.clients.producer import produce
+from streamer.transport.protocol import encode_frame
+from streamer.vision.mtcnn.pnet import pnet_gears
 
-from .conftest import BACKENDS, Client, backend_settings
+from .conftest import BACKENDS, Client, Daemon, backend_settings, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def carphone_detections(start_daemon: Any, connect: Any, settings: dict[str, Any]) -> list[Any]:
@@ -67,3 +72,87 @@ def test_two_dynamic_kinds_fail_at_start(tmp_path: Path, assets: dict[str, Path]
     assert result.returncode == 2, result.stdout + result.stderr
     assert "model 'face'" in result.stderr
     assert "mutually exclusive" in result.stdout + result.stderr
+
+
+def mtcnn_on(backend: str, folder: Path, assets: dict[str, Path]) -> tuple[Path, tuple[int, ...]]:
+    """configs/mtcnn.toml on free ports; on ``acl-sim`` the three nets are laid out as ATC
+    builds: P-Net with ``--input_format=NHWC --dynamic_image_size`` = its pyramid gears (batch
+    1), R-Net and O-Net with ``--dynamic_batch_size=1,2,4,8,16``."""
+    ports = free_port(), free_port(), free_port()
+    text = (ROOT / "configs" / "mtcnn.toml").read_text()
+    text = text.replace("127.0.0.1:5555", f"127.0.0.1:{ports[0]}")
+    text = text.replace("127.0.0.1:5556", f"127.0.0.1:{ports[1]}")
+    if backend == "acl-sim":
+        gears = [[g.input_shape[0], g.input_shape[1]] for g in pnet_gears(480, 640)]
+        nets: dict[str, dict[str, Any]] = {
+            "pnet": {
+                "input_shape": {"input_1": [1, -1, -1, 3]},
+                "input_format": "NHWC",
+                "dynamic_image_size": gears,
+            },
+            "rnet": {
+                "input_shape": {"input_2": [-1, 24, 24, 3]},
+                "dynamic_batch_size": [1, 2, 4, 8, 16],
+            },
+            "onet": {
+                "input_shape": {"input_3": [-1, 48, 48, 3]},
+                "dynamic_batch_size": [1, 2, 4, 8, 16],
+            },
+        }
+        for name, manifest in nets.items():
+            (folder / f"{name}.onnx").write_bytes(assets[f"mtcnn_{name}"].read_bytes())
+            (folder / f"{name}.acl.json").write_text(json.dumps(manifest))
+            text = text.replace(f'asset = "mtcnn_{name}"', f'path = "{folder / name}.om"')
+        text = text.replace('backend = "onnxruntime"', 'backend = "acl-sim"')
+        text = text.replace("intra_op_threads = 1", "")
+    header = f'[daemon]\nlog_format = "json"\nhttp_address = "127.0.0.1:{ports[2]}"\n'
+    path = folder / f"mtcnn_{backend}.toml"
+    path.write_text(header + text)
+    return path, ports
+
+
+def mtcnn_faces(
+    backend: str, folder: Path, assets: dict[str, Path], connect: Any, stills: dict[str, Any]
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The detections of each still image through the MTCNN chain on ``backend``, and the
+    daemon's log events."""
+    path, ports = mtcnn_on(backend, folder, assets)
+    daemon = Daemon(path, *ports)
+    try:
+        daemon.wait_event("ready")
+        client: Client = connect(daemon)
+        for name, image in stills.items():
+            png = cv2.imencode(".png", image)[1].tobytes()
+            client.send_parts(encode_frame(name, 0, png, encoding="png"))
+        results = {r["source"]: r for r in client.collect(len(stills))}
+        assert daemon.stop() == 0
+    finally:
+        daemon.close()
+    assert all(r["error"] is None for r in results.values()), results
+    return {name: results[name]["detections"] for name in stills}, daemon.logs
+
+
+def test_mtcnn_with_pnet_resolution_gears_matches_onnxruntime(
+    connect: Any,
+    tmp_path: Path,
+    assets: dict[str, Path],
+    astronaut: Any,
+    coffee: Any,
+    carphone_frames: list[Any],
+) -> None:
+    """Every pyramid level of P-Net runs at its own ``--dynamic_image_size`` gear (NHWC, H and
+    W swapped), a portrait frame included; the faces equal onnxruntime's."""
+    grace = cv2.imread(str(assets["grace_hopper.jpg"]))
+    tall = cv2.rotate(carphone_frames[0], cv2.ROTATE_90_CLOCKWISE)
+    stills = {"astronaut": astronaut, "grace": grace, "coffee": coffee, "tall": tall}
+    expected, _ = mtcnn_faces("onnxruntime", tmp_path, assets, connect, stills)
+    got, logs = mtcnn_faces("acl-sim", tmp_path, assets, connect, stills)
+    loaded = {e["model"]: e for e in logs if e.get("event") == "acl_model_loaded"}
+    assert loaded["pnet"]["mode"] == "async" and len(loaded["pnet"]["hw_gears"]) == 10
+    assert loaded["pnet"]["hw_gears"][0] == [384, 288], "NHWC, H and W swapped: (W, H)"
+    assert [len(expected[n]) for n in stills] == [1, 1, 0, 1]
+    for name in stills:
+        assert len(got[name]) == len(expected[name])
+        for a, b in zip(expected[name], got[name], strict=True):
+            assert abs(a["score"] - b["score"]) <= 2e-4
+            assert max(abs(x - y) for x, y in zip(a["box"], b["box"], strict=True)) <= 0.02

@@ -10,6 +10,7 @@ Module map::
     pool.py           secondary allocation from large acl.rt.malloc blocks
     allocators.py     device / host blocks; transfer.py: copies by run mode
     loaded.py         model id + description; description.py: → ModelInfo
+    gears.py          dynamic kind, each batch's gear, its setter, real output dims
     dataset.py        aclmdlDataset + aclDataBuffer
     tdt.py            tdt queue C API through ctypes; withq.py: aclmdlLoadFromFileWithQ
     report.py         the process_report callback thread (async mode)

@@ -8,6 +8,9 @@ three executors:
 ``async``   ``execute_async`` + stream callbacks (any model; needed for dynamic gears)
 ``sync``    ``execute`` in the enqueue thread (debugging)
 
+Dynamic models (batch, resolution or dims gears, one kind per model) run in ``async`` and
+``sync`` mode, which set each batch's gear (:mod:`~streamer.runtime.acl.gears`).
+
 ``mode = "auto"`` picks ``queue`` for a static-shape model when queue mode is available (the
 tdt library loads and WithQ loading exists), else ``async``; it also falls back to ``async`` if
 the WithQ load is refused as unsupported (OM2 files, chips without queue mode). The ``acl``
@@ -47,7 +50,7 @@ from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.acl.withq import WithQLoader
 from streamer.runtime.base import Backend, ModelSpec
 
-__all__ = ["AclBackend", "import_acl"]
+__all__ = ["AclBackend", "import_acl", "recent_error"]
 
 _log = structlog.get_logger(__name__)
 
@@ -190,16 +193,22 @@ class AclBackend(Backend):
             try:
                 return load_plain(self._acl, str(spec.path))
             except AclError as exc:
-                raise ModelError(f"model {spec.name!r}: cannot load {spec.path}: {exc}") from exc
+                detail = recent_error(self._acl)
+                raise ModelError(
+                    f"model {spec.name!r}: cannot load {spec.path}: {exc}"
+                    + (f": {detail}" if detail else "")
+                ) from exc
 
         return _fit(spec, load_model(self._acl, spec.name, load, teardown))
 
     def _choose_mode(self, spec: ModelSpec, description: ModelDescription) -> str:
         if spec.mode == "queue":
             if not description.static:
+                gears = description.gears
                 raise ModelError(
                     f"model {spec.name!r}: mode 'queue' needs a static-shape model, but it has "
-                    f"batch gears {list(description.info.batch_gears)} and input shapes "
+                    f"{gears.kind.value} gears {[list(g) for g in gears.gears]}, batch gears "
+                    f"{list(description.info.batch_gears)} and input shapes "
                     f"{[list(t.shape) for t in description.info.inputs]}; ACL queue mode "
                     "(aclmdlLoadFromFileWithQ) accepts fixed shapes only. Use mode 'async', "
                     "or convert the model with a fixed ATC --input_shape."
@@ -278,6 +287,8 @@ class AclBackend(Backend):
             mode=model.mode,
             device=model.device_id,
             batch_gears=list(model.info.batch_gears),
+            hw_gears=[list(g) for g in model.info.hw_gears],
+            dims_gears=[list(g) for g in model.info.dims_gears],
         )
         return model
 
@@ -286,19 +297,25 @@ class AclBackend(Backend):
             self._models.discard(model)
 
 
+def recent_error(acl: Any) -> str:
+    """``acl.get_recent_err_msg()``: why the calling thread's last pyACL call failed, or "".
+
+    The runtime's own description of a failure (e.g. why a model file was refused), taken
+    and cleared per thread (RT ``python/docs/zh/api_ref/runtime/exception/
+    function-get_recent_err_msg.md``); "" when pyACL lacks the function or has no message.
+    """
+    get = getattr(acl, "get_recent_err_msg", None)
+    message = get() if get is not None else None
+    return str(message) if message else ""
+
+
 def _fit(spec: ModelSpec, loaded: LoadedModel) -> LoadedModel:
     """Check the model against ``spec``; narrow its batch gears to the configured ones.
 
     Raises:
-        ModelError: dynamic resolution / dims gears, or configured gears the model lacks.
+        ModelError: configured gears the model lacks.
     """
     info = loaded.description.info
-    if info.hw_gears or info.dims_gears:
-        raise ModelError(
-            f"model {spec.name!r}: dynamic image size {list(info.hw_gears)} / dynamic dims "
-            f"{list(info.dims_gears)} gears are not supported by streamer's ACL backend; "
-            "convert with ATC --dynamic_batch_size or a fixed --input_shape"
-        )
     if not spec.batch_gears or not info.batch_gears:
         return loaded
     extra = set(spec.batch_gears) - set(info.batch_gears)

@@ -4,9 +4,14 @@ Dynamic models carry one extra input, ``ascend_mbatch_shape_data``, found by nam
 (``acl.mdl.get_input_index_by_name``; seeds "动态Batch/动态分辨率/动态维度"); it is kept out of
 ``ModelInfo.inputs`` because the pipeline never feeds it. Gears come from
 ``get_dynamic_batch`` (≤ 128, ``batchCount == 0`` for none), ``get_dynamic_hw`` and
-``get_input_dynamic_dims`` (GE ``acl_mdl.h``; RT ``python/pyACL/mdl/mdl_wrap.cpp``). Sizes from
-``get_*_size_by_index`` are those of the largest gear: buffers of that size fit every gear
-(recommended on the same seeds page).
+``get_input_dynamic_dims`` (GE ``acl_mdl.h``; RT ``python/pyACL/mdl/mdl_wrap.cpp``) into a
+:class:`~streamer.runtime.acl.gears.GearTable`, which refuses a model with gears of two kinds.
+Sizes from ``get_*_size_by_index`` are those of the largest gear: buffers of that size fit
+every gear (recommended on the same seeds page).
+
+``ModelInfo.batch_gears`` is the dynamic batch gear list, or the static batch of the first
+input, or, for a dims model whose first input has a ``-1`` batch dim, the batch values its
+dims gears use (the batcher pads to one of them; the whole gear is checked per batch).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 from streamer.errors import ModelError
 from streamer.runtime.acl.constants import ACL_DYNAMIC_TENSOR_NAME, DTYPES, AclCode, DataType
 from streamer.runtime.acl.errors import check_ret
+from streamer.runtime.acl.gears import Gear, GearKind, GearTable, gear_table
 from streamer.runtime.base import DYNAMIC, ModelInfo, TensorInfo
 
 __all__ = ["ModelDescription", "read_description"]
@@ -33,12 +39,14 @@ class ModelDescription:
         input_sizes: bytes of every model input in index order, gear tensor included.
         output_sizes: bytes of every output (largest gear).
         dynamic_index: index of ``ascend_mbatch_shape_data``, or None for a static model.
+        gears: the dynamic kind and its gears.
     """
 
     info: ModelInfo
     input_sizes: tuple[int, ...]
     output_sizes: tuple[int, ...]
     dynamic_index: int | None
+    gears: GearTable
 
     @property
     def static(self) -> bool:
@@ -62,7 +70,8 @@ def read_description(acl: Any, desc: int, name: str) -> ModelDescription:
 
     Raises:
         AclError: a query failed.
-        ModelError: a tensor has a data type without a numpy equivalent.
+        ModelError: a tensor has a data type without a numpy equivalent, or the gears are
+            of two kinds or do not fit the inputs (:func:`~streamer.runtime.acl.gears.gear_table`).
     """
     mdl = acl.mdl
     index, ret = mdl.get_input_index_by_name(desc, ACL_DYNAMIC_TENSOR_NAME)
@@ -72,21 +81,33 @@ def read_description(acl: Any, desc: int, name: str) -> ModelDescription:
         _tensor(acl, desc, i, outputs=False) for i in range(n_inputs) if i != dynamic_index
     )
     outputs = tuple(_tensor(acl, desc, i, outputs=True) for i in range(n_outputs))
-    batch_gears = _batch_gears(acl, desc) or _static_batch(inputs)
+    hw_gears, dims_gears = _hw_gears(acl, desc), _dims_gears(acl, desc)
+    gears = gear_table(name, inputs, _batch_gears(acl, desc), hw_gears, dims_gears)
     info = ModelInfo(
         name,
         inputs,
         outputs,
-        batch_gears=batch_gears,
-        hw_gears=_hw_gears(acl, desc),
-        dims_gears=_dims_gears(acl, desc),
+        batch_gears=_info_batch_gears(gears),
+        hw_gears=hw_gears,
+        dims_gears=dims_gears,
     )
     return ModelDescription(
         info,
         tuple(int(mdl.get_input_size_by_index(desc, i)) for i in range(n_inputs)),
         tuple(int(mdl.get_output_size_by_index(desc, i)) for i in range(n_outputs)),
         dynamic_index,
+        gears,
     )
+
+
+def _info_batch_gears(gears: GearTable) -> tuple[int, ...]:
+    """``ModelInfo.batch_gears`` (module docstring)."""
+    if gears.kind == GearKind.BATCH:
+        return tuple(sorted(g[0] for g in gears.gears))
+    static = _static_batch(gears.inputs)
+    if static or gears.kind != GearKind.DIMS or not gears.inputs:
+        return static
+    return tuple(sorted({g[0] for g in gears.gears}))
 
 
 def _tensor(acl: Any, desc: int, index: int, outputs: bool) -> TensorInfo:
@@ -122,7 +143,7 @@ def _hw_gears(acl: Any, desc: int) -> tuple[tuple[int, int], ...]:
     return tuple((int(h), int(w)) for h, w in hw["hw"][: hw["hwCount"]])
 
 
-def _dims_gears(acl: Any, desc: int) -> tuple[tuple[int, ...], ...]:
+def _dims_gears(acl: Any, desc: int) -> tuple[Gear, ...]:
     count, ret = acl.mdl.get_input_dynamic_gear_count(desc, _ANY_INDEX)
     check_ret(ret, "acl.mdl.get_input_dynamic_gear_count")
     if not count:

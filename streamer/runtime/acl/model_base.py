@@ -36,8 +36,10 @@ def inference_error(detail: str) -> FrameError:
 def batch_problem(info: ModelInfo, inputs: Sequence[np.ndarray]) -> str | None:
     """Why ``inputs`` cannot be executed as one batch of ``info``'s model, or None.
 
-    Checks the count, dtypes, dims after the batch dim, one batch size for all inputs, and that
-    the batch size is one of ``info.batch_gears`` (when it has any).
+    Checks the count, dtypes, the static dims, one batch size for all inputs, and that the
+    batch size is one of ``info.batch_gears`` (when it has any). A dims-gear model's inputs
+    may differ in dim 0 (a gear sets every dim of every input; the gear itself is checked by
+    :meth:`~streamer.runtime.acl.gears.GearTable.problem`).
     """
     if len(inputs) != len(info.inputs):
         return f"{len(inputs)} inputs for a model with {len(info.inputs)}"
@@ -50,7 +52,7 @@ def batch_problem(info: ModelInfo, inputs: Sequence[np.ndarray]) -> str | None:
             e not in (DYNAMIC, a) for a, e in zip(array.shape, expected, strict=True)
         ):
             return f"input {tensor.name!r}: shape {array.shape}, model takes {list(expected)}"
-        if array.shape[0] != batch:
+        if array.shape[0] != batch and not info.dims_gears:
             return f"input {tensor.name!r}: batch {array.shape[0]}, first input has {batch}"
     if info.batch_gears and batch not in info.batch_gears:
         return f"batch {batch} is not one of the model's gears {list(info.batch_gears)}"

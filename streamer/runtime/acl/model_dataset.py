@@ -3,12 +3,16 @@
 Per batch (SAM ``python/common/acllite/acllite_model.py``; seeds "多Batch模型推理" and
 "动态Batch"): segments for every model input and output from the memory pool (a full pool
 blocks the enqueue thread: backpressure), inputs copied in, an input and an output dataset over
-the segments, and for a dynamic-batch model the gear set with
-``acl.mdl.set_dynamic_batch_size(model_id, dataset, index of ascend_mbatch_shape_data, batch)``
-(the gear tensor gets its own segment of ``get_input_size_by_index`` bytes; the runtime fills
-it). Output segments have ``get_output_size_by_index`` bytes, the largest gear's size. After
-the dequeue thread has read the outputs, the datasets are destroyed and the segments freed.
-Batches come out in the order they went in.
+the segments, and for a dynamic model the batch's gear set through the input
+``ascend_mbatch_shape_data`` (``set_dynamic_batch_size`` / ``set_dynamic_hw_size`` /
+``set_input_dynamic_dims``, see :mod:`~streamer.runtime.acl.gears`; the gear tensor gets its own
+segment of ``get_input_size_by_index`` bytes and the runtime fills it), then the output dims of
+that gear read with ``acl.mdl.get_cur_output_dims``. A batch whose shapes are no gear of the
+model fails alone and is never executed, so no setter is ever called with a gear the model
+lacks. Input and output segments have ``get_*_size_by_index`` bytes, the largest gear's size;
+the dequeue thread reads each output at its recorded dims, so the arrays have the executed
+shape. Then the datasets are destroyed and the segments freed. Batches come out in the order
+they went in.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from streamer.runtime.acl.allocators import DeviceAllocator, HostAllocator
 from streamer.runtime.acl.constants import RunMode
 from streamer.runtime.acl.dataset import create_dataset
 from streamer.runtime.acl.device import DeviceContext
-from streamer.runtime.acl.errors import check_ret
+from streamer.runtime.acl.gears import current_output_shapes, set_gear
 from streamer.runtime.acl.loaded import LoadedModel
 from streamer.runtime.acl.model_base import AclModel, batch_problem, inference_error
 from streamer.runtime.acl.options import ModelOptions
@@ -47,11 +51,12 @@ class Batch:
     """One batch in flight.
 
     Attributes:
-        size: the batch size (the gear).
+        size: the batch size.
         start_ns: ``time.monotonic_ns()`` when it was enqueued.
         teardown: releases its datasets, data buffers and segments.
         segments: model inputs (index order), then outputs.
         input_dataset, output_dataset: the dataset handles.
+        output_shapes: the dims of each output as executed (its gear's).
         error: set when it failed; its outputs are not read.
         end_ns: when it finished.
         done: finished (successfully or not); guarded by the model's condition.
@@ -64,6 +69,7 @@ class Batch:
     segments: list[Segment] = field(default_factory=list)
     input_dataset: int = 0
     output_dataset: int = 0
+    output_shapes: tuple[tuple[int, ...], ...] = ()
     error: FrameError | None = None
     end_ns: int = 0
     done: bool = False
@@ -112,7 +118,7 @@ class DatasetModel(AclModel):
             AclError: a memory or dataset call failed (the model is unusable).
             BackendError: the model was closed while waiting for memory.
         """
-        problem = batch_problem(self.info, inputs)
+        problem = batch_problem(self.info, inputs) or self._loaded.description.gears.problem(inputs)
         if problem is not None:
             batch = Batch(0, time.monotonic_ns())
             batch.fail(inference_error(problem))
@@ -177,15 +183,33 @@ class DatasetModel(AclModel):
             batch.output_dataset = create_dataset(
                 self._acl, [(s.ptr, s.nbytes) for s in segments[self._n_inputs :]], batch.teardown
             )
-            if description.dynamic_index is not None:
-                ret = self._acl.mdl.set_dynamic_batch_size(
-                    self._loaded.model_id,
-                    batch.input_dataset,
-                    description.dynamic_index,
-                    batch.size,
-                )
-                check_ret(ret, "acl.mdl.set_dynamic_batch_size")
+            batch.output_shapes = self._set_gear(batch, inputs)
         return batch
+
+    def _set_gear(self, batch: Batch, inputs: Sequence[np.ndarray]) -> tuple[tuple[int, ...], ...]:
+        """Set the gear of ``batch`` if the model is dynamic; the dims its outputs will have.
+
+        Runs in the enqueue thread, the only one that sets gears, so the model's current gear
+        read back by ``get_cur_output_dims`` is this batch's (:mod:`~streamer.runtime.acl.gears`).
+
+        Raises:
+            AclError: the setter or ``get_cur_output_dims`` failed.
+        """
+        description = self._loaded.description
+        if description.dynamic_index is None:
+            return tuple(tensor.shape for tensor in self.info.outputs)
+        gears = description.gears
+        gear = gears.gear_of([array.shape for array in inputs])
+        assert gear is not None, "enqueue() checked the gear"
+        set_gear(
+            self._acl,
+            self._loaded.model_id,
+            batch.input_dataset,
+            description.dynamic_index,
+            gears,
+            gear,
+        )
+        return current_output_shapes(self._acl, self._loaded.desc, len(self.info.outputs))
 
     def _wait_done(self, timeout_ms: int) -> Batch | None:
         deadline = time.monotonic() + timeout_ms / 1000
@@ -208,7 +232,8 @@ class DatasetModel(AclModel):
         for index, tensor in enumerate(self.info.outputs):
             segment = batch.segments[self._n_inputs + index]
             staging = self._staging[index].ptr if self._staging else None
-            outputs.append(self._transfer.download(segment.ptr, tensor, batch.size, staging))
+            shape = batch.output_shapes[index]
+            outputs.append(self._transfer.download(segment.ptr, shape, tensor.dtype, staging))
         return tuple(outputs)
 
     def _release_in_flight(self) -> None:

@@ -166,7 +166,7 @@ class QueueModeModel(AclModel):
             if len(data) != tensor.nbytes():
                 detail = f"output {tensor.name!r}: {len(data)} bytes, expected {tensor.nbytes()}"
                 return InferenceOutputs(None, inference_error(detail), ticket.start_ns, end_ns)
-            outputs.append(to_array(data, tensor, tensor.shape[0]))
+            outputs.append(to_array(data, tensor.shape, tensor.dtype))
         return InferenceOutputs(tuple(outputs), None, ticket.start_ns, end_ns)
 
     def _raise_if_lost(self) -> None:

@@ -16,7 +16,6 @@ import numpy as np
 
 from streamer.runtime.acl.constants import MemcpyKind, RunMode
 from streamer.runtime.acl.errors import check_ret
-from streamer.runtime.base import TensorInfo
 
 __all__ = ["Transfer", "to_array"]
 
@@ -45,31 +44,37 @@ class Transfer:
         ret = self._acl.rt.memcpy(dst, dst_size, src, len(data), self._upload_kind)
         check_ret(ret, "acl.rt.memcpy")
 
-    def download(self, src: int, tensor: TensorInfo, batch: int, staging: int | None) -> np.ndarray:
-        """Read ``tensor`` for ``batch`` from device memory ``src``.
+    def download(
+        self, src: int, shape: tuple[int, ...], dtype: np.dtype[Any], staging: int | None
+    ) -> np.ndarray:
+        """Read an output of ``shape`` and ``dtype`` from device memory ``src``.
 
         Args:
             src: device address of the output.
-            tensor: shape (batch first) and dtype of the output.
-            batch: the batch size executed.
+            shape: its dims as executed (batch first), all known.
+            dtype: its element type.
             staging: host memory of at least that many bytes, needed under ``ACL_HOST``.
 
         Returns:
-            A writable array of shape ``tensor.shape`` with the batch dim set to ``batch``.
+            A writable array of ``shape`` and ``dtype``.
 
         Raises:
-            AclError: ``acl.rt.memcpy`` failed.
+            AclError: ``acl.rt.memcpy`` failed (e.g. ``shape`` is larger than the buffer).
         """
-        nbytes = tensor.nbytes(batch)
+        nbytes = _nbytes(shape, dtype)
         if self._host:
             assert staging is not None, "ACL_HOST needs a host staging buffer"
             ret = self._acl.rt.memcpy(staging, nbytes, src, nbytes, MemcpyKind.DEVICE_TO_HOST)
             check_ret(ret, "acl.rt.memcpy")
             src = staging
-        return to_array(self._acl.util.ptr_to_bytes(src, nbytes), tensor, batch)
+        return to_array(self._acl.util.ptr_to_bytes(src, nbytes), shape, dtype)
 
 
-def to_array(data: bytes, tensor: TensorInfo, batch: int) -> np.ndarray:
-    """A writable array of ``tensor``'s dtype, shape with the batch dim set to ``batch``."""
-    shape = (batch, *tensor.shape[1:])
-    return np.frombuffer(bytearray(data), dtype=tensor.dtype).reshape(shape)
+def to_array(data: bytes, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """A writable array of ``shape`` and ``dtype`` over a copy of ``data`` (C order)."""
+    return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+
+
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
+    """Bytes of a C-order array of ``shape`` and ``dtype``."""
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize

@@ -7,28 +7,39 @@ import numpy as np
 import pytest
 
 from streamer.config import PluginConfig
+from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo, TensorInfo
-from streamer.vision.preprocess import LetterboxTransform, Preprocessor
+from streamer.vision.preprocess import Letterbox, LetterboxTransform, Preprocessor
 from streamer.vision.registry import PREPROCESSORS
 
 
 def _letterbox(
-    shape: tuple[int, ...] = (-1, 3, 128, 128), dtype: type = np.float32, **params: object
+    shape: tuple[int, ...] = (-1, 3, 128, 128),
+    dtype: type = np.float32,
+    hw_gears: tuple[tuple[int, int], ...] = (),
+    dims_gears: tuple[tuple[int, ...], ...] = (),
+    **params: object,
 ) -> Preprocessor:
-    info = ModelInfo("m", (TensorInfo("input", shape, np.dtype(dtype)),), ())
+    tensor = TensorInfo("input", shape, np.dtype(dtype))
+    info = ModelInfo("m", (tensor,), (), hw_gears=hw_gears, dims_gears=dims_gears)
     return PREPROCESSORS.create(PluginConfig(kind="letterbox", **params), info, "test")
 
 
 def _reference(image: np.ndarray, size: int = 128) -> np.ndarray:
     """The obvious implementation: resize, pad with black, RGB, (x / 127.5 - 1), CHW."""
+    return _reference_at(image, size, size)
+
+
+def _reference_at(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """:func:`_reference` into a ``height`` x ``width`` input."""
     h, w = image.shape[:2]
-    scale = min(size / w, size / h)
+    scale = min(width / w, height / h)
     nw, nh = round(w * scale), round(h * scale)
     interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
     resized = cv2.resize(image, (nw, nh), interpolation=interpolation)
-    top, left = (size - nh) // 2, (size - nw) // 2
+    top, left = (height - nh) // 2, (width - nw) // 2
     padded = cv2.copyMakeBorder(
-        resized, top, size - nh - top, left, size - nw - left, cv2.BORDER_CONSTANT, value=0
+        resized, top, height - nh - top, left, width - nw - left, cv2.BORDER_CONSTANT, value=0
     )
     rgb = padded[:, :, ::-1].astype(np.float64)
     return (rgb / 127.5 - 1.0).transpose(2, 0, 1)
@@ -150,3 +161,99 @@ def test_outputs_are_independent(astronaut: np.ndarray, coffee: np.ndarray) -> N
     kept = first.copy()
     pre(coffee)
     assert np.array_equal(first, kept)
+
+
+# ---- Resolution gears ------------------------------------------------------------------
+
+GEARS = ((48, 64), (64, 48), (64, 64), (128, 128))
+"""(height, width): 4:3 landscape, 3:4 portrait, and two squares."""
+
+
+def _geared(size: list[int] | None = None) -> Letterbox:
+    pre = _letterbox((1, 3, -1, -1), hw_gears=GEARS, size=size)
+    assert isinstance(pre, Letterbox)
+    return pre
+
+
+def test_gear_with_the_closest_aspect_ratio() -> None:
+    pre = _geared()
+    assert pre.sizes == GEARS
+    assert pre.choose_size(640, 480) == (48, 64)  # (width, height) in, (height, width) out
+    assert pre.choose_size(176, 144) == (48, 64)  # 1.22: nearer 4:3 (x1.09) than 1:1 (x1.22)
+    assert pre.choose_size(480, 640) == (64, 48)
+    assert pre.choose_size(1000, 10) == (48, 64)
+
+
+def test_ties_go_to_the_larger_gear_then_the_earlier_one() -> None:
+    assert _geared().choose_size(300, 300) == (128, 128), "two squares: the larger"
+    pre = _letterbox((1, 3, -1, -1), hw_gears=((32, 64), (64, 32)))
+    assert isinstance(pre, Letterbox)
+    assert pre.choose_size(50, 50) == (32, 64), "2:1 and 1:2 are as far from 1:1: the first"
+
+
+def test_closeness_is_the_ratio_of_aspect_ratios() -> None:
+    """3:1 is 1.5x from 2:1 and 1.33x from 4:1 (both 1 apart as plain differences)."""
+    pre = _letterbox((1, 3, -1, -1), hw_gears=((32, 64), (16, 64)))
+    assert isinstance(pre, Letterbox)
+    assert pre.choose_size(300, 100) == (16, 64)
+
+
+@pytest.mark.parametrize("name", ["astronaut", "chelsea", "coffee"])
+def test_tensor_has_the_gear_shape_and_the_reference_content(
+    request: pytest.FixtureRequest, name: str
+) -> None:
+    pre = _geared()
+    for image in (
+        request.getfixturevalue(name),
+        cv2.rotate(request.getfixturevalue(name), cv2.ROTATE_90_CLOCKWISE),
+    ):
+        h, w = image.shape[:2]
+        height, width = pre.choose_size(w, h)
+        tensor, t = pre(image)
+        assert tensor.shape == (3, height, width) and tensor.flags.c_contiguous
+        assert (t.input_height, t.input_width) == (height, width)
+        assert np.abs(tensor - _reference_at(image, height, width)).max() < 1e-6
+
+
+def test_landscape_and_portrait_frames_get_different_gears(
+    chelsea: np.ndarray, carphone_frames: list[np.ndarray]
+) -> None:
+    pre = _letterbox((1, 3, -1, -1), hw_gears=((48, 64), (64, 48)))
+    wide = [pre(image)[0].shape for image in (chelsea, carphone_frames[0])]
+    tall = [
+        pre(cv2.rotate(image, cv2.ROTATE_90_CLOCKWISE))[0].shape
+        for image in (chelsea, carphone_frames[0])
+    ]
+    assert set(wide) == {(3, 48, 64)} and set(tall) == {(3, 64, 48)}
+
+
+def test_nhwc_resolution_gears(chelsea: np.ndarray) -> None:
+    pre = _letterbox((1, -1, -1, 3), hw_gears=((48, 64), (64, 48)), layout="NHWC")
+    tensor, _ = pre(chelsea)
+    assert tensor.shape == (48, 64, 3)
+    assert np.abs(tensor - _reference_at(chelsea, 48, 64).transpose(1, 2, 0)).max() < 1e-6
+
+
+def test_size_pins_one_gear(chelsea: np.ndarray) -> None:
+    pre = _geared(size=[64, 48])
+    assert pre.sizes == ((64, 48),)
+    assert pre(chelsea)[0].shape == (3, 64, 48)
+    with pytest.raises(ConfigError, match=r"size: \[100, 100\] is not one of the model's"):
+        _geared(size=[100, 100])
+
+
+def test_dims_gears_give_the_resolutions() -> None:
+    """``--dynamic_dims`` gears set every dim of the input: their (H, W) are the candidates."""
+    gears = ((1, 3, 48, 64), (4, 3, 48, 64), (2, 3, 64, 48))
+    pre = _letterbox((-1, 3, -1, -1), dims_gears=gears)
+    assert isinstance(pre, Letterbox)
+    assert pre.sizes == ((48, 64), (64, 48))
+    nhwc = _letterbox((-1, -1, -1, 3), dims_gears=((1, 48, 64, 3),), layout="NHWC")
+    assert isinstance(nhwc, Letterbox) and nhwc.sizes == ((48, 64),)
+
+
+def test_gears_with_the_wrong_layout_are_refused() -> None:
+    with pytest.raises(ConfigError, match="one dynamic dim at H/W"):
+        _letterbox((1, -1, -1, 3), hw_gears=((48, 64),))  # NHWC read as NCHW
+    with pytest.raises(ConfigError, match="dynamic height/width; set size"):
+        _letterbox((1, 3, -1, -1))  # no gears: size is still required

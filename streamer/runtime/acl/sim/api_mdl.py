@@ -192,11 +192,13 @@ def _gears(sim: Simulator, mdl: ModuleType) -> None:
         return 0
 
     def set_dims(model_id: int, dataset: int, index: int, dims: Any) -> int:
-        if not isinstance(dims, dict):
-            raise TypeError("argument 4 is not dict")
-        values = list(dims["dims"])[: int(dims["dimCount"])]
+        values = _io_dims(dims)
         sim.models.set_gear(sim.models.find(model_id), DynamicKind.DIMS, dataset, index, values)
         return 0
+
+    def cur_output_dims(desc: int, index: int) -> tuple[dict[str, Any], int]:
+        name, dims = sim.models.cur_output_dims(desc, index)
+        return {"name": name, "dimCount": len(dims), "dims": list(dims)}, 0
 
     export(mdl, "acl.mdl.get_dynamic_batch", "k", "pair", get_dynamic_batch)
     export(mdl, "acl.mdl.get_dynamic_hw", "kk", "pair", get_dynamic_hw)
@@ -205,6 +207,25 @@ def _gears(sim: Simulator, mdl: ModuleType) -> None:
     export(mdl, "acl.mdl.set_dynamic_batch_size", "IkkK", "ret", set_batch)
     export(mdl, "acl.mdl.set_dynamic_hw_size", "IkkKK", "ret", set_hw)
     export(mdl, "acl.mdl.set_input_dynamic_dims", "IkkO", "ret", set_dims)
+    export(mdl, "acl.mdl.get_cur_output_dims", "kk", "pair", cur_output_dims)
+
+
+def _io_dims(dims: Any) -> list[int]:
+    """The values of an ``aclmdlIODims`` dict as pyACL reads it (RT ``mdl_wrap.cpp``
+    ``WrapAclMdlSetInputDynamicDims``): a dict whose ``dims`` is a list, ``dimCount`` values.
+
+    Raises:
+        TypeError: not a dict, or ``dims`` is not a list (pyACL raises; no code returned).
+    """
+    if not isinstance(dims, dict):
+        raise TypeError("argument 4 is not dict")
+    values = dims.get("dims")
+    if not isinstance(values, list):
+        raise TypeError("The dims of parameter 4 is not a list.")
+    count = dims.get("dimCount")
+    if not isinstance(count, int):
+        raise TypeError("acl.mdl.set_input_dynamic_dims args parse failed")
+    return [int(v) for v in values[:count]]
 
 
 def _datasets(sim: Simulator, mdl: ModuleType) -> None:

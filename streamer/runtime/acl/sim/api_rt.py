@@ -17,7 +17,8 @@ __all__ = ["build_rt", "build_top_level", "build_util"]
 
 
 def build_top_level(sim: Simulator, module: ModuleType) -> None:
-    """``acl.init``, ``acl.finalize``, ``acl.create_data_buffer``, ``acl.destroy_data_buffer``."""
+    """``acl.init``, ``acl.finalize``, ``acl.create_data_buffer``, ``acl.destroy_data_buffer``,
+    ``acl.get_recent_err_msg`` (no arguments; the message, or None like a NULL ``char*``)."""
     export = sim.binder.export
 
     def init(config_path: str | None = None) -> int:
@@ -36,6 +37,7 @@ def build_top_level(sim: Simulator, module: ModuleType) -> None:
     export(module, "acl.finalize", "", "ret", finalize)
     export(module, "acl.create_data_buffer", "kk", "handle", sim.models.create_buffer)
     export(module, "acl.destroy_data_buffer", "k", "ret", destroy_data_buffer)
+    export(module, "acl.get_recent_err_msg", "", "value", sim.binder.take_recent_message)
 
 
 def build_rt(sim: Simulator) -> ModuleType:

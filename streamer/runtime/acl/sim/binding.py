@@ -9,7 +9,10 @@ RT ``python/pyACL/utils_methods.h``). Integers are converted as C does: ``k``/``
 bare code, a ``(value, code)`` tuple, or a bare handle that is 0 on failure.
 
 Inside the simulator a broken rule raises :class:`SimError`, which the binding turns into the
-documented return code and records as a :class:`Violation`.
+documented return code and records as a :class:`Violation`. Its message becomes the calling
+thread's *recent error message*, which ``acl.get_recent_err_msg()`` returns and clears (thread
+level, the default ``err_msg_mode``: RT ``python/docs/zh/api_ref/runtime/exception/
+function-get_recent_err_msg.md``).
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ class Binder:
         self.violations: list[Violation] = []
         self.names: list[str] = []
         self._lock = threading.Lock()
+        self._recent = threading.local()
 
     def bind(self, api: str, fmt: str, returns: Returns, impl: Callable[..., Any]) -> Any:
         """A pyACL-style function named ``api`` that parses ``fmt`` and calls ``impl``."""
@@ -146,12 +150,20 @@ class Binder:
         """Run ``impl``, turning an injected fault or a :class:`SimError` into a code."""
         injected = self.faults.injected_code(api)
         if injected is not None:
+            self._recent.message = f"{api}: injected failure {injected}"
             return _failure(returns, injected)
         try:
             return impl(*values)
         except SimError as err:
             self.record_violation(api, err)
+            self._recent.message = f"{api}: {err}"
             return _failure(returns, err.code)
+
+    def take_recent_message(self) -> str | None:
+        """The calling thread's last failure message, cleared; None when there is none."""
+        message: str | None = getattr(self._recent, "message", None)
+        self._recent.message = None
+        return message
 
     def record_violation(self, api: str, err: SimError) -> None:
         """Remember a broken rule (``err.rule`` set) for :attr:`violations`."""

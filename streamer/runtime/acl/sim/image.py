@@ -8,7 +8,10 @@ What ATC bakes into an ``.om`` and the simulator reproduces (ATC parameter pages
       ``set_dynamic_batch_size`` / ``set_dynamic_hw_size`` / ``set_input_dynamic_dims`` write
       the chosen gear; its size comes from ``get_input_size_by_index`` like any input.
     - Input and output sizes are those of the largest gear; output dims that change with the
-      gear are reported as ``-1``.
+      gear are reported as ``-1``. Each gear's real output dims are kept for
+      ``get_cur_output_dims``.
+    - Resolution gears fill the H and W dims of the ``input_format`` (NCHW: 2, 3; NHWC: 1, 2);
+      dims gears need ``ND``, or no format given.
 """
 
 from __future__ import annotations
@@ -86,6 +89,9 @@ class ModelImage:
         kind: the dynamic option.
         gears: batch ``(b,)``, resolution ``(h, w)``, or every input's dims concatenated.
         om2: an OM2-format file.
+        session: the onnxruntime session that executes it.
+        shapes: per gear, the data inputs' shapes.
+        output_shapes: per gear, the outputs' shapes.
     """
 
     inputs: tuple[TensorDesc, ...]
@@ -95,6 +101,20 @@ class ModelImage:
     om2: bool
     session: ort.InferenceSession = field(repr=False)
     shapes: dict[Gear, tuple[Shape, ...]] = field(repr=False)
+    output_shapes: dict[Gear, tuple[Shape, ...]] = field(repr=False)
+
+    @property
+    def largest_gear(self) -> Gear:
+        """The gear with the most output bytes (the last such one): what the output sizes of
+        ``get_output_size_by_index`` are for, and the dims ``get_cur_output_dims`` reports
+        before any gear is set."""
+        itemsizes = [t.dtype.itemsize for t in self.outputs]
+
+        def output_bytes(gear: Gear) -> int:
+            shapes = self.output_shapes[gear]
+            return sum(_count(s) * size for s, size in zip(shapes, itemsizes, strict=True))
+
+        return max(reversed(self.gears), key=output_bytes)
 
     @property
     def dynamic_index(self) -> int | None:
@@ -130,7 +150,8 @@ def load_image(model: Path) -> ModelImage:
         raise ManifestError(f"{onnx_file}: {exc}") from exc
     dims = _input_dims(session, manifest)
     kind, gears = _gears(manifest, dims)
-    shapes = {gear: _shapes_for(kind, dims, gear) for gear in gears}
+    axes = _gear_axes(kind, manifest)
+    shapes = {gear: _shapes_for(kind, dims, gear, axes) for gear in gears}
     return _describe(session, dims, kind, gears, shapes, manifest.om2)
 
 
@@ -156,12 +177,16 @@ def _gears(manifest: Manifest, dims: dict[str, Shape]) -> tuple[DynamicKind, tup
         _require(bool(holes) and all(axis == 0 for _, axis in holes), "batch needs -1 at dim 0")
         return DynamicKind.BATCH, tuple((b,) for b in manifest.dynamic_batch_size)
     if manifest.dynamic_image_size is not None:
+        axes = list(_gear_axes(DynamicKind.HW, manifest))
         per_input = {name: sorted(a for n, a in holes if n == name) for name, _ in holes}
         _require(
-            bool(holes) and all(a == [2, 3] for a in per_input.values()), "hw needs -1 at 2, 3"
+            bool(holes) and all(a == axes for a in per_input.values()),
+            f"dynamic_image_size needs -1 at dims {axes} (H, W in "
+            f"{manifest.input_format or 'NCHW'}) only, input_shape has {holes}",
         )
         return DynamicKind.HW, tuple(tuple(hw) for hw in manifest.dynamic_image_size)
     if manifest.dynamic_dims is not None:
+        _require(manifest.input_format in (None, "ND"), "dynamic_dims needs input_format ND")
         _require(all(len(g) == len(holes) for g in manifest.dynamic_dims), "dims per -1 dim")
         return DynamicKind.DIMS, tuple(_fill_holes(dims, g) for g in manifest.dynamic_dims)
     _require(not holes, f"dims {holes} are dynamic: set input_shape or a dynamic option")
@@ -178,13 +203,28 @@ def _fill_holes(dims: dict[str, Shape], values: Sequence[int]) -> Gear:
     return tuple(d if d >= 0 else next(filled) for shape in dims.values() for d in shape)
 
 
-def _shapes_for(kind: DynamicKind, dims: dict[str, Shape], gear: Gear) -> tuple[Shape, ...]:
+def _gear_axes(kind: DynamicKind, manifest: Manifest) -> tuple[int, ...]:
+    """The dims a batch or resolution gear fills (none for static and dims models).
+
+    Raises:
+        ManifestError: resolution gears with ``input_format`` ND.
+    """
+    if kind == DynamicKind.BATCH:
+        return (0,)
+    if kind != DynamicKind.HW:
+        return ()
+    _require(manifest.input_format != "ND", "dynamic_image_size needs input_format NCHW or NHWC")
+    return (1, 2) if manifest.input_format == "NHWC" else (2, 3)
+
+
+def _shapes_for(
+    kind: DynamicKind, dims: dict[str, Shape], gear: Gear, axes: tuple[int, ...]
+) -> tuple[Shape, ...]:
     if kind == DynamicKind.DIMS:
         flat, shapes = iter(gear), []
         for shape in dims.values():
             shapes.append(tuple(next(flat) for _ in shape))
         return tuple(shapes)
-    axes = {DynamicKind.STATIC: (), DynamicKind.BATCH: (0,), DynamicKind.HW: (2, 3)}[kind]
     fill = dict(zip(axes, gear, strict=True))
     return tuple(
         tuple(fill.get(a, d) if d < 0 else d for a, d in enumerate(s)) for s in dims.values()
@@ -207,29 +247,41 @@ def _describe(
         )
         for i, (arg, dtype) in enumerate(zip(args, types, strict=True))
     ]
-    outputs = _output_descs(session, types, shapes)
+    output_shapes = _output_shapes(session, types, shapes)
+    outputs = _output_descs(session, output_shapes)
     if kind != DynamicKind.STATIC:
         width = len(gears[0])
         inputs.append(TensorDesc(ACL_DYNAMIC_TENSOR_NAME, (width,), DataType.INT64, 8 * width))
-    return ModelImage(tuple(inputs), outputs, kind, gears, om2, session, shapes)
+    return ModelImage(tuple(inputs), outputs, kind, gears, om2, session, shapes, output_shapes)
 
 
-def _output_descs(
+def _output_shapes(
     session: ort.InferenceSession, types: list[DataType], shapes: dict[Gear, tuple[Shape, ...]]
-) -> tuple[TensorDesc, ...]:
+) -> dict[Gear, tuple[Shape, ...]]:
+    """Per gear, the output shapes of one run on zeros (what ATC fixes for that gear).
+
+    Raises:
+        ManifestError: the model does not run at a gear.
+    """
     names = [arg.name for arg in session.get_inputs()]
-    runs = []
-    for gear_shapes in shapes.values():
+    found: dict[Gear, tuple[Shape, ...]] = {}
+    for gear, gear_shapes in shapes.items():
         feeds = {
             n: np.zeros(s, DTYPES[t]) for n, s, t in zip(names, gear_shapes, types, strict=True)
         }
         try:
-            runs.append(session.run(None, feeds))
+            found[gear] = tuple(tuple(out.shape) for out in session.run(None, feeds))
         except Exception as exc:  # onnxruntime raises untyped pybind errors
             raise ManifestError(f"the model does not run with inputs {gear_shapes}: {exc}") from exc
+    return found
+
+
+def _output_descs(
+    session: ort.InferenceSession, output_shapes: dict[Gear, tuple[Shape, ...]]
+) -> tuple[TensorDesc, ...]:
     descs = []
     for index, arg in enumerate(session.get_outputs()):
-        per_gear = [run[index].shape for run in runs]
+        per_gear = [shapes[index] for shapes in output_shapes.values()]
         merged = tuple(
             d if all(p[a] == d for p in per_gear) else -1 for a, d in enumerate(per_gear[0])
         )
@@ -247,4 +299,8 @@ def _data_type(onnx_type: str, name: str) -> DataType:
 
 
 def _nbytes(shape: Shape, data_type: DataType) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * DTYPES[data_type].itemsize
+    return _count(shape) * DTYPES[data_type].itemsize
+
+
+def _count(shape: Shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))

@@ -12,21 +12,26 @@ has ``models/face.onnx`` and ``models/face.acl.json``::
 
 Keys (all optional; no manifest = the ONNX shapes, which must then be static):
     input_shape: input name -> dims; ``-1`` marks the dims a dynamic option fills.
+    input_format: ``NCHW`` (default for images) | ``NHWC`` | ``ND`` (ATC ``--input_format``).
     dynamic_batch_size: batch gears (``-1`` at dim 0).
-    dynamic_image_size: ``[height, width]`` gears (``-1`` at dims 2 and 3, NCHW).
-    dynamic_dims: per gear, the values of every ``-1`` dim, inputs in order.
+    dynamic_image_size: ``[height, width]`` gears (``-1`` at H and W: dims 2 and 3 in NCHW,
+        1 and 2 in NHWC; not with ND).
+    dynamic_dims: per gear, the values of every ``-1`` dim, inputs in order; ND format only
+        ("动态维度（ND格式）", seeds page "动态Batch/动态分辨率/动态维度").
     om2: the file is in OM2 format (``aclmdlLoadFromFileWithQ`` refuses it).
 
 At most one of the three dynamic options, and 2 to 100 gears, as ATC requires (S16; HA
 ``canncommercial/850/devaids/atctool/atlasatcparam_16_0018.html`` for --dynamic_batch_size,
 ``…_0020.html`` for --dynamic_dims), which also keeps ``get_dynamic_batch`` within
-``ACL_MAX_BATCH_NUM`` = 128 gears (S14).
+``ACL_MAX_BATCH_NUM`` = 128 gears (S14). A refused manifest's message names the options at
+fault and the ``input_shape``.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -46,6 +51,7 @@ class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     input_shape: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    input_format: Literal["NCHW", "NHWC", "ND"] | None = None
     dynamic_batch_size: tuple[int, ...] | None = Field(
         default=None, min_length=_MIN_GEARS, max_length=_MAX_GEARS
     )
@@ -59,12 +65,20 @@ class Manifest(BaseModel):
 
     @model_validator(mode="after")
     def _one_dynamic_kind(self) -> Manifest:
-        kinds = [self.dynamic_batch_size, self.dynamic_image_size, self.dynamic_dims]
-        if sum(kind is not None for kind in kinds) > 1:
+        kinds = {
+            "dynamic_batch_size": self.dynamic_batch_size,
+            "dynamic_image_size": self.dynamic_image_size,
+            "dynamic_dims": self.dynamic_dims,
+        }
+        given = {name: gears for name, gears in kinds.items() if gears is not None}
+        if len(given) > 1:
+            settings = " and ".join(f"{name} {_listed(gears)}" for name, gears in given.items())
+            shapes = {name: list(dims) for name, dims in self.input_shape.items()}
             raise ValueError(
-                "dynamic_batch_size, dynamic_image_size and dynamic_dims are mutually exclusive"
+                f"{settings} are mutually exclusive (ATC takes one dynamic option per model); "
+                f"input_shape {shapes}"
             )
-        values = [v for kind in kinds if kind is not None for v in _flatten(kind)]
+        values = [v for gears in given.values() for v in _flatten(gears)]
         if any(v < 1 for v in values):
             raise ValueError("gear values must be positive")
         return self
@@ -72,6 +86,10 @@ class Manifest(BaseModel):
 
 def _flatten(gears: tuple[int | tuple[int, ...], ...]) -> list[int]:
     return [v for gear in gears for v in (gear if isinstance(gear, tuple) else (gear,))]
+
+
+def _listed(gears: tuple[int | tuple[int, ...], ...]) -> list[object]:
+    return [list(g) if isinstance(g, tuple) else g for g in gears]
 
 
 def manifest_path(model: Path) -> Path:
@@ -95,5 +113,16 @@ def read_manifest(model: Path) -> Manifest:
         return Manifest()
     try:
         return Manifest.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError, ValidationError) as exc:
+    except ValidationError as exc:
+        raise ManifestError(f"{path}: {_describe(exc)}") from exc
+    except (OSError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{path}: {exc}") from exc
+
+
+def _describe(exc: ValidationError) -> str:
+    """Each problem on one line: ``key: message`` (no pydantic banner)."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        problems.append(f"{where}: {error['msg']}" if where else str(error["msg"]))
+    return "; ".join(problems)

@@ -9,10 +9,21 @@ Rules (reference/pyacl.md §2 and §9):
         I/O refresh and the execution); the simulator returns ``ACL_ERROR_FAILURE``.
     S14: ``get_dynamic_batch`` reports at most 128 gears; ``batchCount == 0`` without gears.
     S15: a gear is set only through the ``ascend_mbatch_shape_data`` input index and only to
-        one of the model's gears (``ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID``); an execution
-        whose gear tensor holds no valid gear fails the same way.
+        one of the model's gears (``ACL_ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID`` for batch,
+        resolution and dims alike: GE ``GeExecutor::SetDynamicBatchSize`` /
+        ``SetDynamicImageSize`` / ``SetDynamicDims``); an execution whose gear tensor holds no
+        valid gear fails the same way. A zero height or width, or dims with ``dimCount`` 0,
+        are ``ACL_ERROR_INVALID_PARAM`` (GE ``aclmdlSetDynamicHWSize`` /
+        ``aclmdlSetInputDynamicDims``); dims whose count differs from the inputs' dims, or
+        whose static dims differ from the model's, are ``ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID``
+        (GE ``GeExecutor::GetCurDynamicDims``).
     S16: one dynamic kind per model: the setter of another kind returns
         ``ACL_ERROR_MODEL_NOT_DYNAMIC``.
+
+The gear last set on a model is its *current gear* (model state, not dataset state: GE
+``GraphExecutor::SetDynamicSize(model_id, …)``); ``get_cur_output_dims`` reports the output
+dims of that gear, or of the largest gear before any is set, or the static dims (RT
+``python/docs/zh/api_ref/ge/function-get_cur_output_dims.md``).
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ import numpy as np
 from streamer.runtime.acl.constants import AclCode
 from streamer.runtime.acl.sim.binding import SimError
 from streamer.runtime.acl.sim.faults import Faults
-from streamer.runtime.acl.sim.image import DynamicKind, ModelImage, load_image
+from streamer.runtime.acl.sim.image import DynamicKind, Gear, ModelImage, load_image
 from streamer.runtime.acl.sim.manifest import ManifestError, onnx_path
 from streamer.runtime.acl.sim.memory import SimMemory
 
@@ -56,6 +67,7 @@ class LoadedModel:
         queues: input and output queue ids of a WithQ model.
         input_producer, output_consumer: the host threads feeding / draining its queues.
         stopped: set by ``unload`` (stops a WithQ model's scheduler).
+        gear: the current gear (last set), or None.
     """
 
     model_id: int
@@ -69,6 +81,7 @@ class LoadedModel:
     input_producer: int | None = None
     output_consumer: int | None = None
     stopped: threading.Event = field(default_factory=threading.Event)
+    gear: Gear | None = None
 
 
 class SimModels:
@@ -92,6 +105,7 @@ class SimModels:
         self._images: dict[Path, ModelImage] = {}
         self._loaded: dict[int, LoadedModel] = {}
         self._descs: dict[int, ModelImage | None] = {}
+        self._desc_models: dict[int, int] = {}
         self._buffers: dict[int, Buffer] = {}
         self._datasets: dict[int, list[int]] = {}
 
@@ -172,12 +186,14 @@ class SimModels:
             if desc not in self._descs:
                 raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no description {desc:#x}")
             self._descs[desc] = model.image
+            self._desc_models[desc] = model.model_id
 
     def destroy_desc(self, desc: int) -> None:
         """Raises: SimError: unknown description."""
         with self._lock:
             if self._descs.pop(desc, False) is False:
                 raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no description {desc:#x}")
+            self._desc_models.pop(desc, None)
 
     def desc(self, desc: int) -> ModelImage:
         """The image a filled description describes.
@@ -244,11 +260,12 @@ class SimModels:
     def set_gear(
         self, model: LoadedModel, kind: DynamicKind, dataset: int, index: int, gear: Sequence[int]
     ) -> None:
-        """Write ``gear`` into the model's gear tensor in ``dataset`` (S15, S16).
+        """Write ``gear`` into the model's gear tensor in ``dataset`` and make it the model's
+        current gear (S15, S16).
 
         Raises:
-            SimError: another dynamic kind, not the gear tensor's index, a gear the model does
-                not have, or no usable buffer at ``index``.
+            SimError: another dynamic kind, not the gear tensor's index, a malformed gear, a
+                gear the model does not have, or no usable buffer at ``index``.
         """
         image = model.image
         if image.kind != kind:
@@ -257,11 +274,35 @@ class SimModels:
             raise SimError(
                 AclCode.ERROR_INVALID_PARAM, "S15", f"index {index} is not the gear input"
             )
+        _check_gear_form(image, tuple(gear))
         if tuple(gear) not in image.gears:
             code = AclCode.ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID
             raise SimError(
                 code, "S15", f"gear {list(gear)} not in {[list(g) for g in image.gears]}"
             )
+        self._write_gear(dataset, index, gear)
+        with self._lock:
+            model.gear = tuple(gear)
+
+    def cur_output_dims(self, desc: int, index: int) -> tuple[str, tuple[int, ...]]:
+        """Name and dims of output ``index`` at the current gear of the described model.
+
+        Raises:
+            SimError: unknown description or output index (``ACL_ERROR_INVALID_PARAM``), or
+                the model was unloaded (``ACL_ERROR_INVALID_MODEL_ID``).
+        """
+        image = self.desc(desc)
+        if index >= len(image.outputs):
+            raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no output {index}")
+        with self._lock:
+            model = self._loaded.get(self._desc_models.get(desc, -1))
+        if model is None:
+            raise SimError(AclCode.ERROR_INVALID_MODEL_ID, None, "the model was unloaded")
+        gear = model.gear if model.gear is not None else image.largest_gear
+        return image.outputs[index].name, image.output_shapes[gear][index]
+
+    def _write_gear(self, dataset: int, index: int, gear: Sequence[int]) -> None:
+        """Raises: SimError: no buffer at ``index``, or one too small for the gear."""
         buffers = self.dataset(dataset)
         if index >= len(buffers):
             raise SimError(AclCode.ERROR_GE_DYNAMIC_INPUT_ADDR_INVALID, "S15", "no gear buffer")
@@ -360,6 +401,31 @@ class SimModels:
         if gear not in image.gears:
             raise SimError(AclCode.ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID, "S15", "no gear was set")
         return gear
+
+
+def _check_gear_form(image: ModelImage, gear: Gear) -> None:
+    """The checks GE makes before looking the gear up (module docstring, S15).
+
+    Raises:
+        SimError: ``ACL_ERROR_INVALID_PARAM`` for a zero height/width or an empty dims gear;
+            ``ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID`` for dims of the wrong count or with
+            static dims that differ from the model's.
+    """
+    if image.kind == DynamicKind.HW and 0 in gear:
+        raise SimError(AclCode.ERROR_INVALID_PARAM, "S15", f"height/width {list(gear)} with 0")
+    if image.kind != DynamicKind.DIMS:
+        return
+    if not gear:
+        raise SimError(AclCode.ERROR_INVALID_PARAM, "S15", "dimCount is 0")
+    expected = [d for t in image.data_inputs for d in t.dims]
+    if len(gear) != len(expected) or any(
+        e >= 0 and e != g for e, g in zip(expected, gear, strict=True)
+    ):
+        raise SimError(
+            AclCode.ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID,
+            "S15",
+            f"dims {list(gear)} do not match the inputs' dims {expected}",
+        )
 
 
 def _require_room(buffer: Buffer, nbytes: int, name: str) -> None:

@@ -12,11 +12,13 @@ from typing import Any
 import cv2
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
 
 from streamer.runtime.acl.constants import MallocPolicy, MemcpyKind
 from streamer.runtime.acl.sim.backend import AclSimBackend
 from streamer.runtime.acl.sim.simulator import Simulator
+from streamer.runtime.base import InferenceOutputs, QueueModel
 
 GEARS = [1, 2, 4, 8]
 TOLERANCE = 1e-4
@@ -122,6 +124,88 @@ def tiny_model(path: Path) -> Path:
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
+
+
+def conv_model(path: Path) -> Path:
+    """A small fully-convolutional ONNX model whose batch, height and width are symbolic.
+
+    ``x`` float32 [N, 3, H, W] → 3x3 convolution, stride 2, pad 1, 4 filters (fixed random
+    weights) → ReLU → ``features`` [N, 4, ceil(H/2), ceil(W/2)]; their mean over H and W →
+    ``pooled`` [N, 4]: one output whose dims follow the resolution and one that does not.
+    """
+    rng = np.random.default_rng(7)
+    weight = numpy_helper.from_array(rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.normal(0, 0.1, (4,)).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["features"]),
+        helper.make_node("ReduceMean", ["features"], ["pooled"], axes=[2, 3], keepdims=0),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])
+    features = helper.make_tensor_value_info("features", TensorProto.FLOAT, ["n", 4, "h2", "w2"])
+    pooled = helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["n", 4])
+    graph = helper.make_graph(nodes, "conv", [x], [features, pooled], [weight, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def onnx_runner(path: Path) -> Callable[..., list[np.ndarray]]:
+    """``run(*arrays)``: the ONNX file run directly by onnxruntime on the CPU, inputs in order."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    names = [arg.name for arg in session.get_inputs()]
+
+    def run(*arrays: np.ndarray) -> list[np.ndarray]:
+        return list(session.run(None, dict(zip(names, arrays, strict=True))))
+
+    return run
+
+
+def calls(sim: Simulator, api: str) -> list[tuple[Any, ...]]:
+    """The arguments of every logged call of ``api`` (e.g. ``acl.mdl.set_dynamic_hw_size``)."""
+    return [call.args for call in sim.log.calls(api) if call.api == api]
+
+
+def run_threads(
+    model: QueueModel, batches: Sequence[np.ndarray | Sequence[np.ndarray]]
+) -> list[InferenceOutputs]:
+    """Enqueue from one thread and dequeue from another, as the pipeline does; each batch is
+    one array (a one-input model) or one array per input."""
+    results: list[InferenceOutputs] = []
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            model.attach_thread()
+            for batch in batches:
+                model.enqueue([batch] if isinstance(batch, np.ndarray) else list(batch))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    def consume() -> None:
+        try:
+            model.attach_thread()
+            while len(results) < len(batches):
+                done = model.dequeue(5000)
+                assert done is not None, "a batch did not come back in 5 s"
+                results.append(done)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=produce, name="enqueue"),
+        threading.Thread(target=consume, name="dequeue"),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    return results
 
 
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:

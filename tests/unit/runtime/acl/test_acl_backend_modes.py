@@ -3,8 +3,6 @@ onnxruntime backend's within 1e-4, FIFO order, one enqueue thread and one dequeu
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +14,7 @@ from acl_testing import (
     Reference,
     assert_close,
     blazeface_input,
+    run_threads,
     tiny_model,
 )
 
@@ -23,44 +22,9 @@ from streamer.errors import ModelError
 from streamer.runtime.acl.model_async import AsyncModel
 from streamer.runtime.acl.model_queue import QueueModeModel
 from streamer.runtime.acl.model_sync import SyncModel
-from streamer.runtime.base import InferenceOutputs, ModelSpec, QueueModel
+from streamer.runtime.base import ModelSpec
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def run_threads(model: QueueModel, batches: Sequence[np.ndarray]) -> list[InferenceOutputs]:
-    """Enqueue from one thread and dequeue from another, as the pipeline does."""
-    results: list[InferenceOutputs] = []
-    errors: list[BaseException] = []
-
-    def produce() -> None:
-        try:
-            model.attach_thread()
-            for batch in batches:
-                model.enqueue([batch])
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    def consume() -> None:
-        try:
-            model.attach_thread()
-            while len(results) < len(batches):
-                done = model.dequeue(5000)
-                assert done is not None, "a batch did not come back in 5 s"
-                results.append(done)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=produce, name="enqueue"),
-        threading.Thread(target=consume, name="dequeue"),
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    return results
 
 
 @pytest.mark.parametrize("run_mode", ["host", "device"])
@@ -175,8 +139,8 @@ def test_model_errors_at_load(
         backend.load(ModelSpec("face", dynamic_model, batch_gears=(1, 3)))
     manifest = {"input_shape": {"x": [1, 3, -1, -1]}, "dynamic_image_size": [[8, 8], [16, 16]]}
     hw = make_model("relu_hw", manifest, tiny_model(tmp_path / "relu.onnx"))
-    with pytest.raises(ModelError, match="dynamic image size"):
-        backend.load(ModelSpec("face", hw))
+    with pytest.raises(ModelError, match=r"gears \[2\] are not among the model's gears \[1\]"):
+        backend.load(ModelSpec("face", hw, batch_gears=(1, 2)))
 
 
 def test_om_path_runs_the_onnx_sibling(make_backend: MakeBackend, make_model: MakeModel) -> None:

@@ -261,3 +261,42 @@ def test_fail_calls_makes_any_api_fail(static4_model: Path) -> None:
     sim = Simulator(SimOptions(fail_calls={"acl.mdl.load_from_file": 545001}))
     open_device(sim)
     assert sim.acl.mdl.load_from_file(str(static4_model)) == (0, 545001)
+
+
+def test_input_format_decides_where_resolution_gears_go(sim: Simulator, tmp_path: Path) -> None:
+    """ATC ``--input_format``: H and W are dims 2, 3 in NCHW and 1, 2 in NHWC; resolution
+    gears need one of those, dims gears need ND (seeds "动态维度（ND格式）")."""
+    open_device(sim)
+    load = sim.acl.mdl.load_from_file
+    shape = {"x": [1, 3, -1, -1]}
+    cases = [
+        {"input_format": "NHWC", "dynamic_image_size": [[4, 4], [8, 8]]},
+        {"input_format": "ND", "dynamic_image_size": [[4, 4], [8, 8]]},
+        {"input_format": "NCHW", "dynamic_dims": [[4, 4], [8, 8]]},
+        {"dynamic_dims": [[4, 4], [8, 8]]},
+    ]
+    codes = []
+    for k, options in enumerate(cases):
+        path = tiny_model(tmp_path / f"relu{k}.onnx")
+        write_manifest(path, {"input_shape": shape, **options})
+        codes.append(load(str(path))[1])
+    assert codes == [AclCode.ERROR_GE_PARAM_INVALID] * 3 + [0], "no format: ND for dims gears"
+    assert "dynamic_image_size needs -1 at dims [1, 2] (H, W in NHWC)" in sim.problems[0]
+    assert "needs input_format NCHW or NHWC" in sim.problems[1]
+    assert "dynamic_dims needs input_format ND" in sim.problems[2]
+
+
+def test_recent_error_message_per_thread(sim: Simulator, tmp_path: Path) -> None:
+    """``acl.get_recent_err_msg`` returns the calling thread's last failure and clears it."""
+    open_device(sim)
+    acl = sim.acl
+    assert acl.get_recent_err_msg() is None
+    assert acl.mdl.load_from_file(str(tmp_path / "none.om"))[1] != 0
+    other: list[object] = []
+    thread = threading.Thread(target=lambda: other.append(acl.get_recent_err_msg()))
+    thread.start()
+    thread.join()
+    assert other == [None], "another thread's failure is not this one's"
+    message = acl.get_recent_err_msg()
+    assert message is not None and message.startswith("acl.mdl.load_from_file: no model")
+    assert acl.get_recent_err_msg() is None
