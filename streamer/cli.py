@@ -1,4 +1,4 @@
-"""Command line: ``streamer run | check | models``."""
+"""Command line: ``streamer run | check | bench | models``."""
 
 from __future__ import annotations
 
@@ -73,6 +73,93 @@ def check(config_path: Path) -> None:
     click.echo(f"{config_path}: ok")
 
 
+@main.command()
+@click.option(
+    "--config",
+    "config_path",
+    default=Path("configs/default.toml"),
+    show_default=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Base config: its model, plug-ins and settings are benchmarked.",
+)
+@click.option(
+    "--frames",
+    type=click.IntRange(min=1),
+    help="Frames per mode and input  [default: 1000; 32 with --quick]",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["onnxruntime", "acl-sim"]),
+    default="onnxruntime",
+    show_default=True,
+    help="acl-sim: the ACL backend on its simulator (host-side overhead only).",
+)
+@click.option(
+    "--max-size",
+    "max_sizes",
+    type=click.IntRange(1, 64),
+    multiple=True,
+    help="Batch max_size of the daemon; repeat to compare (the first gets every run)  "
+    "[default: the config's]",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=Path("results/bench"),
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for report.json, report.png, logs and profiles.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    help="Times every mode runs; each reports its least disturbed run  [default: 3; 1 with "
+    "--quick]",
+)
+@click.option(
+    "--settle",
+    "settle_s",
+    type=click.FloatRange(min=0),
+    help="Before each run, wait up to this many seconds for other processes to quiet down  "
+    "[default: 10; 0 with --quick]",
+)
+@click.option("--quick", is_flag=True, help="A smoke run with few frames; not a measurement.")
+@click.option("--profile", is_flag=True, help="Also sample the daemon with py-spy at full load.")
+def bench(
+    config_path: Path,
+    frames: int | None,
+    backend: str,
+    max_sizes: tuple[int, ...],
+    out_dir: Path,
+    rounds: int | None,
+    settle_s: float | None,
+    quick: bool,
+    profile: bool,
+) -> None:
+    """Measure where the time goes: components, limit, serial, naive and the daemon."""
+    from streamer.bench import runner
+
+    configure_logging("warning", "console")  # the in-process model's info lines would mix in
+    options = runner.BenchOptions(
+        config_path,
+        frames or (runner.QUICK_FRAMES if quick else runner.DEFAULT_FRAMES),
+        rounds or (1 if quick else runner.DEFAULT_ROUNDS),
+        backend,
+        max_sizes,
+        out_dir,
+        profile,
+        settle_s if settle_s is not None else (0.0 if quick else runner.DEFAULT_SETTLE_S),
+    )
+    try:
+        runner.run_bench(options, echo=click.echo)
+    except (ConfigError, ModelError, AssetError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except StreamerError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FATAL)
+
+
 @main.group()
 def models() -> None:
     """Fetch and list models and sample media."""
@@ -89,6 +176,23 @@ def models_fetch(names: tuple[str, ...]) -> None:
         sys.exit(EXIT_FATAL)
     for path in paths:
         click.echo(path)
+
+
+@models.command("aipp")
+@_config_option
+@click.option("--model", "model", required=True, help="The [[models]] name.")
+@click.option("--size", nargs=2, type=int, help="Input height and width; 0 0 for resolution gears.")
+@click.option("--json", "as_json", is_flag=True, help="Print the simulator manifest's `aipp`.")
+def models_aipp(config_path: Path, model: str, size: tuple[int, int] | None, as_json: bool) -> None:
+    """Print the static AIPP config (ATC --insert_op_conf) for MODEL's letterbox."""
+    from streamer.vision.aipp import letterbox_aipp
+
+    try:
+        aipp = letterbox_aipp(_load(config_path), model, size or None)
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    click.echo(aipp.model_dump_json(indent=2) if as_json else aipp.to_config(), nl=as_json)
 
 
 @models.command("list")

@@ -113,6 +113,7 @@ def _load_replicas(backend: Backend, config: Config, index: int) -> list[tuple[i
                     mode=model_config.mode,
                     max_in_flight=model_config.max_in_flight,
                     batch_gears=model_config.batch.gears,
+                    preprocess=model_config.preprocess,
                 )
                 loaded.append((device, backend.load(spec)))
     except BaseException:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from streamer.config import PluginConfig
 from streamer.errors import FrameError
 from streamer.lifecycle import Closing
 
@@ -134,6 +135,9 @@ class ModelSpec:
             beyond it (backpressure).
         batch_gears: batch sizes to allow when the model's batch dim is dynamic.
         options: backend-specific settings (e.g. onnxruntime ``intra_op_threads``).
+        preprocess: the model's ``[models.preprocess]`` table (``kind`` and parameters), for
+            a backend that composes the preprocessing into the model (onnxruntime with
+            letterbox ``normalize = "model"``); None for stages fed by another stage.
     """
 
     name: str
@@ -143,6 +147,7 @@ class ModelSpec:
     max_in_flight: int = 2
     batch_gears: tuple[int, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    preprocess: PluginConfig | None = None
 
 
 @dataclass(slots=True)

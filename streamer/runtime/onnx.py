@@ -8,6 +8,12 @@ Backend options (``[runtime.options]``): ``intra_op_threads`` (int, 0 = onnxrunt
 default), ``providers`` (list of execution providers, default ``["CPUExecutionProvider"]``).
 With the CUDA execution provider, ``runtime.devices`` are CUDA device ids; on the CPU each
 device entry is one more CPU replica.
+
+In-graph preprocessing (issue 9, item 4): when the model's ``[models.preprocess]`` is a
+``letterbox`` with ``normalize = "model"``, the model is rewritten at load time by
+:func:`streamer.runtime.graph_preprocess.prepend_normalization` with the table's ``color``,
+``mean``, ``std`` and ``layout``; its first input becomes uint8 NHWC BGR pixels and the host
+only letterboxes. ``normalize = "device"`` (ACL static AIPP) is refused here.
 """
 
 from __future__ import annotations
@@ -16,14 +22,16 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import structlog
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from streamer.config import RuntimeConfig
-from streamer.errors import BackendError, FrameError, ModelError, Reason
+from streamer.config import PluginConfig, RuntimeConfig
+from streamer.errors import BackendError, ConfigError, FrameError, ModelError, Reason
 from streamer.runtime.base import (
     DYNAMIC,
     Backend,
@@ -33,8 +41,9 @@ from streamer.runtime.base import (
     QueueModel,
     TensorInfo,
 )
+from streamer.runtime.graph_preprocess import InputNormalization, prepend_normalization
 
-__all__ = ["OnnxBackend", "OnnxModel", "session_model_info"]
+__all__ = ["OnnxBackend", "OnnxModel", "in_graph_normalization", "session_model_info"]
 
 _ONNX_DTYPES = {
     "tensor(float)": np.float32,
@@ -100,9 +109,10 @@ class OnnxBackend(Backend):
         providers = list(options.get("providers", ["CPUExecutionProvider"]))
         if not spec.path.is_file():
             raise ModelError(f"model {spec.name!r}: no file at {spec.path}")
+        source = _model_source(spec)
         try:
             session = ort.InferenceSession(
-                str(spec.path),
+                source,
                 sess_options,
                 providers=providers,
                 provider_options=_provider_options(providers, spec.device),
@@ -113,6 +123,68 @@ class OnnxBackend(Backend):
 
     def close(self) -> None:
         """Nothing to release: sessions belong to their models."""
+
+
+class _GraphPreprocess(BaseModel):
+    """The letterbox keys the in-graph rewrite needs; the letterbox plug-in validates the
+    whole table (same defaults as :class:`streamer.vision.preprocess.LetterboxParams`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    normalize: Literal["host", "model", "device"] = "host"
+    color: Literal["rgb", "bgr"] = "rgb"
+    mean: float | tuple[float, float, float] = 0.5
+    std: float | tuple[float, float, float] = 0.5
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+
+
+def in_graph_normalization(table: PluginConfig | None) -> InputNormalization | None:
+    """The normalisation to compose into the graph for a ``[models.preprocess]`` table.
+
+    Returns:
+        None unless the table is a ``letterbox`` with ``normalize = "model"``.
+
+    Raises:
+        ConfigError: ``normalize = "device"`` (ACL only), or a key the rewrite needs is
+            invalid (named as ``preprocess.<key>``), or a ``std`` is not positive.
+    """
+    if table is None or table.kind != "letterbox":
+        return None
+    try:
+        params = _GraphPreprocess.model_validate(table.params())
+    except ValidationError as exc:
+        key = ".".join(str(p) for p in exc.errors()[0]["loc"])
+        raise ConfigError(f"preprocess.{key}: {exc.errors()[0]['msg']}") from exc
+    if params.normalize == "device":
+        raise ConfigError(
+            'preprocess.normalize: "device" is ACL static AIPP; onnxruntime composes the '
+            'preprocessing into the graph with normalize = "model"'
+        )
+    if params.normalize == "host":
+        return None
+    mean = np.broadcast_to(np.asarray(params.mean, np.float64), (3,))
+    std = np.broadcast_to(np.asarray(params.std, np.float64), (3,))
+    if not (std > 0).all():
+        raise ConfigError(f"preprocess.std: must be positive, got {params.std}")
+    return InputNormalization.from_mean_std(mean, std, params.color == "rgb", params.layout)
+
+
+def _model_source(spec: ModelSpec) -> str | bytes:
+    """The path to load, or the serialised rewritten model (in-graph preprocessing).
+
+    Raises:
+        ConfigError: see :func:`in_graph_normalization`.
+        ModelError: the file cannot be read or rewritten.
+    """
+    norm = in_graph_normalization(spec.preprocess)
+    if norm is None:
+        return str(spec.path)
+    try:
+        model = prepend_normalization(onnx.load(str(spec.path)), norm)
+    except Exception as exc:  # onnx raises DecodeError, ValueError, OSError, …
+        raise ModelError(f"model {spec.name!r}: cannot compose preprocessing: {exc}") from exc
+    _log.info("preprocess_in_graph", model=spec.name, layout=norm.layout, swap_rb=norm.swap_rb)
+    return model.SerializeToString()
 
 
 class OnnxModel(QueueModel):

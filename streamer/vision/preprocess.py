@@ -17,6 +17,16 @@ input, keeping its aspect ratio, centres it and pads the borders::
     layout = "NCHW"      # the model input's layout: "NCHW" (default) | "NHWC"
     # size = [h, w]      # required when the model's input height/width are dynamic and it
                          # has no resolution gears; with gears, pins every frame to that gear
+    normalize = "host"   # where (x / 255 - mean) / std, the colour swap and the layout change
+                         # happen: "host" (default, here), "model" (onnxruntime composes them
+                         # into the graph at load time) or "device" (ACL static AIPP baked
+                         # into the .om by ATC; see ``streamer models aipp``)
+
+With ``normalize = "model"`` or ``"device"`` the host only resizes and pads: the tensor is the
+resized image as uint8 (h, w, 3) in the decoded BGR order with ``pad_value`` borders, and the
+model's first input must be uint8 NHWC with 3 channels (the rewritten graph, or the AIPP
+input of the .om). ``color``, ``mean``, ``std`` and ``layout`` then describe what the graph or
+AIPP does; the results match host normalisation up to float rounding (issue 9).
 
 For a model with resolution gears (ACL ``--dynamic_image_size``, or ``--dynamic_dims`` gears
 that set the input's H and W) each frame is letterboxed into the gear whose aspect ratio is
@@ -150,6 +160,7 @@ class LetterboxParams(PluginParams):
     size: tuple[int, int] | None = Field(
         None, description="(height, width) for dynamic inputs; with gears, one of them"
     )
+    normalize: Literal["host", "model", "device"] = "host"
 
     def per_channel(self) -> tuple[np.ndarray, np.ndarray]:
         """``mean`` and ``std`` as float64 (3,) arrays, in the model's channel order.
@@ -201,26 +212,32 @@ class Letterbox:
     def __init__(self, params: LetterboxParams, info: ModelInfo) -> None:
         self.sizes, self.dtype = _input_geometry(params, info)
         self.layout = params.layout
+        self.on_host = params.normalize == "host"
+        self._pixel_pad = np.uint8(params.pad_value)
         mean, std = params.per_channel()
-        levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
         # tables[:, c]: value of model channel c for each 0..255 level of its source channel.
-        self._tables = np.ascontiguousarray(((levels - mean) / std).T.astype(self.dtype))
+        self._tables = _tables(mean, std, self.dtype if self.on_host else np.dtype(np.float32))
         self._sources = (2, 1, 0) if params.color == "rgb" else (0, 1, 2)
         self._pad = self._tables[:, params.pad_value].copy()
 
     def __call__(self, image: np.ndarray) -> tuple[np.ndarray, LetterboxTransform]:
         """Letterbox one BGR uint8 (H, W, 3) image; see :meth:`Preprocessor.__call__`.
 
-        The tensor is (3, h, w) for NCHW or (h, w, 3) for NHWC, (h, w) from
-        :meth:`choose_size`.
+        The tensor is (3, h, w) for NCHW or (h, w, 3) for NHWC in the model's float dtype,
+        (h, w) from :meth:`choose_size`; with ``normalize`` ``model`` / ``device`` it is the
+        uint8 (h, w, 3) BGR pixels.
         """
         h, w = image.shape[:2]
         height, width = self.choose_size(w, h)
         transform = LetterboxTransform.fit(w, h, width, height)
         resized = _resize(image, transform)
-        out, planes = self._output(height, width)
         rows = slice(transform.pad_y, transform.pad_y + transform.resized_height)
         cols = slice(transform.pad_x, transform.pad_x + transform.resized_width)
+        if not self.on_host:
+            pixels = np.full((height, width, 3), self._pixel_pad, np.uint8)
+            pixels[rows, cols] = resized
+            return pixels, transform
+        out, planes = self._output(height, width)
         for c, src in enumerate(self._sources):
             np.take(self._tables[c], resized[:, :, src], out=planes[c][rows, cols], mode="clip")
         return out, transform
@@ -257,6 +274,12 @@ class Letterbox:
         return out, [out[:, :, 0], out[:, :, 1], out[:, :, 2]]
 
 
+def _tables(mean: np.ndarray, std: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Per model channel, ``(level / 255 - mean) / std`` for each level 0..255: (3, 256)."""
+    levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
+    return np.ascontiguousarray(((levels - mean) / std).T.astype(dtype))
+
+
 def _resize(image: np.ndarray, transform: LetterboxTransform) -> np.ndarray:
     """Resize ``image`` to the transform's resized size (no-op when already that size)."""
     size = (transform.resized_width, transform.resized_height)
@@ -281,6 +304,8 @@ def _input_geometry(params: LetterboxParams, info: ModelInfo) -> tuple[tuple[Siz
     tensor = info.inputs[0]
     if len(tensor.shape) != 4:
         raise ConfigError(f"input {tensor.name!r} is {list(tensor.shape)}, expected 4-D")
+    if params.normalize != "host":
+        return _pixel_geometry(params, info)
     if params.layout == "NCHW":
         _, c, h, w = tensor.shape
     else:
@@ -296,6 +321,33 @@ def _input_geometry(params: LetterboxParams, info: ModelInfo) -> tuple[tuple[Siz
     if not gears:
         return (_input_size(params, tensor.name, h, w),), tensor.dtype
     return _pinned(params, gears), tensor.dtype
+
+
+def _pixel_geometry(params: LetterboxParams, info: ModelInfo) -> tuple[tuple[Size, ...], np.dtype]:
+    """Sizes and dtype for ``normalize`` ``model`` / ``device``: a uint8 NHWC 3-channel input.
+
+    Raises:
+        ConfigError: the input is not uint8 (N, H, W, 3), naming the backend setting that
+            makes it so.
+    """
+    tensor = info.inputs[0]
+    if tensor.dtype != np.uint8 or tensor.shape[3] not in (3, -1):
+        how = (
+            "the onnxruntime backend rewrites the graph to take them"
+            if params.normalize == "model"
+            else "the .om needs static AIPP (ATC --insert_op_conf; the simulator's manifest "
+            "`aipp` section)"
+        )
+        raise ConfigError(
+            f"normalize: {params.normalize!r} sends uint8 NHWC pixels and {how}; input "
+            f"{tensor.name!r} is {list(tensor.shape)} {tensor.dtype}"
+        )
+    pixels = params.model_copy(update={"layout": "NHWC"})
+    _, h, w, _ = tensor.shape
+    gears = _resolution_gears(pixels, info, h, w)
+    if not gears:
+        return (_input_size(pixels, tensor.name, h, w),), tensor.dtype
+    return _pinned(pixels, gears), tensor.dtype
 
 
 def _resolution_gears(params: LetterboxParams, info: ModelInfo, h: int, w: int) -> tuple[Size, ...]:

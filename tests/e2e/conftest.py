@@ -66,6 +66,7 @@ gears = {gears}
 
 [models.preprocess]
 kind = "letterbox"
+{preprocess_extra}
 
 [models.postprocess]
 kind = "blazeface"
@@ -163,6 +164,7 @@ def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[.
         runtime_extra: str = "",
         daemon_extra: str = "",
         ingress_extra: str = "",
+        preprocess_extra: str = "",
         asset: str = "blazeface_short_range",
         env: dict[str, str] | None = None,
         wait_ready: bool = True,
@@ -184,6 +186,7 @@ def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[.
                 runtime_extra=runtime_extra,
                 daemon_extra=daemon_extra,
                 ingress_extra=ingress_extra,
+                preprocess_extra=preprocess_extra,
             )
         )
         daemon = Daemon(path, in_port, out_port, http_port, env)

@@ -12,6 +12,8 @@ What ATC bakes into an ``.om`` and the simulator reproduces (ATC parameter pages
       ``get_cur_output_dims``.
     - Resolution gears fill the H and W dims of the ``input_format`` (NCHW: 2, 3; NHWC: 1, 2);
       dims gears need ``ND``, or no format given.
+    - Static AIPP (``--insert_op_conf``) turns the image input into uint8 NHWC pixels and
+      normalises them on the device (manifest ``aipp``; see :mod:`streamer.runtime.acl.aipp`).
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
+from streamer.runtime.acl.aipp import AippRuleError, StaticAipp, check_static_aipp
 from streamer.runtime.acl.constants import ACL_DYNAMIC_TENSOR_NAME, DTYPES, DataType
 from streamer.runtime.acl.sim.manifest import Manifest, ManifestError, onnx_path, read_manifest
+from streamer.runtime.graph_preprocess import prepend_normalization
 
 __all__ = ["DynamicKind", "ModelImage", "TensorDesc", "load_image"]
 
@@ -142,17 +147,62 @@ def load_image(model: Path) -> ModelImage:
     onnx_file = onnx_path(model)
     if not onnx_file.is_file():
         raise ManifestError(f"no ONNX file {onnx_file} for {model}")
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises untyped pybind errors
-        raise ManifestError(f"{onnx_file}: {exc}") from exc
+    session = _session(str(onnx_file), onnx_file)
     dims = _input_dims(session, manifest)
     kind, gears = _gears(manifest, dims)
     axes = _gear_axes(kind, manifest)
+    if manifest.aipp is not None:
+        session, dims, axes = _with_aipp(onnx_file, manifest.aipp, manifest, kind, dims)
     shapes = {gear: _shapes_for(kind, dims, gear, axes) for gear in gears}
     return _describe(session, dims, kind, gears, shapes, manifest.om2)
+
+
+def _session(source: str | bytes, onnx_file: Path) -> ort.InferenceSession:
+    """An onnxruntime CPU session of a model file or serialised model.
+
+    Raises:
+        ManifestError: onnxruntime refuses it.
+    """
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises untyped pybind errors
+        raise ManifestError(f"{onnx_file}: {exc}") from exc
+
+
+def _with_aipp(
+    onnx_file: Path, aipp: StaticAipp, manifest: Manifest, kind: DynamicKind, dims: dict[str, Shape]
+) -> tuple[ort.InferenceSession, dict[str, Shape], tuple[int, ...]]:
+    """The session, input dims and gear axes of the model with static AIPP composed in.
+
+    The image input becomes uint8 (N, H, W, 3); resolution gears then fill dims 1 and 2.
+
+    Raises:
+        ManifestError: a combination rule is broken (the message names it, see
+            :func:`~streamer.runtime.acl.aipp.check_static_aipp`), crop or padding (not
+            simulated), more than one data input, or a source size other than the model's.
+    """
+    try:
+        check_static_aipp(aipp, None if kind == DynamicKind.STATIC else kind.value)  # type: ignore[arg-type]
+    except AippRuleError as exc:
+        raise ManifestError(f"aipp: {exc}") from exc
+    _require(
+        not (aipp.crop or aipp.padding), "aipp: the simulator does not implement crop or padding"
+    )
+    _require(len(dims) == 1 and aipp.related_input_rank == 0, "aipp: one data input only")
+    layout = "NHWC" if manifest.input_format == "NHWC" else "NCHW"
+    ((name, shape),) = dims.items()
+    nhwc = shape if layout == "NHWC" else (shape[0], shape[2], shape[3], shape[1])
+    source = (aipp.src_image_size_h, aipp.src_image_size_w)
+    _require(
+        source == (0, 0) or source == nhwc[1:3],
+        f"aipp: src_image_size {list(source)} (h, w) differs from input {name!r} {list(nhwc[1:3])}"
+        " and the simulator has no crop or resize",
+    )
+    model = prepend_normalization(onnx.load(str(onnx_file)), aipp.normalization(layout))
+    axes = (1, 2) if kind == DynamicKind.HW else _gear_axes(kind, manifest)
+    return _session(model.SerializeToString(), onnx_file), {name: nhwc}, axes
 
 
 def _input_dims(session: ort.InferenceSession, manifest: Manifest) -> dict[str, Shape]:

@@ -19,6 +19,14 @@ Keys (all optional; no manifest = the ONNX shapes, which must then be static):
     dynamic_dims: per gear, the values of every ``-1`` dim, inputs in order; ND format only
         ("动态维度（ND格式）", seeds page "动态Batch/动态分辨率/动态维度").
     om2: the file is in OM2 format (``aclmdlLoadFromFileWithQ`` refuses it).
+    aipp: static AIPP (ATC ``--insert_op_conf``), the keys of the ``aipp_op`` block as JSON
+        (:class:`streamer.runtime.acl.aipp.StaticAipp`; ``streamer models aipp --json`` writes
+        it). The image input (``related_input_rank``, the only data input) then takes uint8
+        NHWC pixels of ``src_image_size`` (or the gear's size), the AIPP arithmetic is composed
+        into the graph (:mod:`streamer.runtime.graph_preprocess`), ``input_shape`` and the
+        gears still describe the model before AIPP. The combination rules are checked first
+        (:func:`~streamer.runtime.acl.aipp.check_static_aipp`); the simulator does not
+        implement ``crop`` or ``padding`` and refuses them after the rules.
 
 At most one of the three dynamic options, and 2 to 100 gears, as ATC requires (S16; HA
 ``canncommercial/850/devaids/atctool/atlasatcparam_16_0018.html`` for --dynamic_batch_size,
@@ -34,6 +42,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from streamer.runtime.acl.aipp import StaticAipp
 
 __all__ = ["Manifest", "ManifestError", "manifest_path", "onnx_path", "read_manifest"]
 
@@ -62,6 +72,7 @@ class Manifest(BaseModel):
         default=None, min_length=_MIN_GEARS, max_length=_MAX_GEARS
     )
     om2: bool = False
+    aipp: StaticAipp | None = None
 
     @model_validator(mode="after")
     def _one_dynamic_kind(self) -> Manifest:

@@ -1,0 +1,128 @@
+"""Static AIPP: the ATC config text, the simulator's manifest ``aipp``, and the combination
+rules as load errors that name the rule (seeds "动态Batch/动态分辨率/动态维度")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from streamer.cli import main
+from streamer.runtime.acl.aipp import AippRuleError, StaticAipp, check_static_aipp
+from streamer.runtime.acl.sim.image import load_image
+from streamer.runtime.acl.sim.manifest import ManifestError
+from streamer.runtime.graph_preprocess import InputNormalization
+
+
+def image_model(folder: Path, manifest: dict[str, Any]) -> Path:
+    """``face.om`` with an ONNX (N, 3, H, W) → mean over H, W (N, 3) model and ``manifest``."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
+    node = helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=0)
+    graph = helper.make_graph([node], "g", [x], [y])
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), folder / "face.onnx"
+    )
+    (folder / "face.acl.json").write_text(json.dumps(manifest))
+    return folder / "face.om"
+
+
+AIPP = StaticAipp.from_normalization(
+    InputNormalization.from_mean_std(np.full(3, 0.5), np.full(3, 0.5), True, "NCHW"), 0, 0
+)
+
+
+def test_config_text_has_the_aipp_op_block() -> None:
+    text = AIPP.to_config()
+    assert text.startswith("aipp_op {\n") and text.endswith("}\n")
+    assert "    input_format : RGB888_U8\n" in text and "    rbuv_swap_switch : true\n" in text
+    assert "    min_chn_0 : 127.5\n" in text and "    crop : false\n" in text
+
+
+def test_simulated_aipp_normalises_uint8_pixels(tmp_path: Path) -> None:
+    aipp = AIPP.model_copy(update={"src_image_size_w": 4, "src_image_size_h": 2})
+    manifest = {"input_shape": {"x": [1, 3, 2, 4]}, "aipp": aipp.model_dump()}
+    image = load_image(image_model(tmp_path, manifest))
+    assert image.inputs[0].dims == (1, 2, 4, 3) and image.inputs[0].dtype == np.uint8
+    pixels = np.zeros((1, 2, 4, 3), np.uint8)
+    pixels[..., 0] = 255  # blue in BGR: the model's third (RGB) channel
+    (out,) = image.run([pixels])
+    np.testing.assert_allclose(out, [[-1.0, -1.0, 1.0]], atol=1e-6)
+
+
+def test_resolution_gears_fill_h_and_w_of_the_pixels(tmp_path: Path) -> None:
+    manifest = {
+        "input_shape": {"x": [1, 3, -1, -1]},
+        "dynamic_image_size": [[2, 4], [4, 8]],
+        "aipp": AIPP.model_dump(),
+    }
+    image = load_image(image_model(tmp_path, manifest))
+    assert image.inputs[0].dims == (1, -1, -1, 3)
+    assert image.shapes[(4, 8)] == ((1, 4, 8, 3),)
+
+
+RULES = [
+    (
+        {"input_shape": {"x": [1, 3, -1, -1]}, "dynamic_image_size": [[2, 4], [4, 8]]},
+        {"crop": True, "crop_size_w": 2, "crop_size_h": 2},
+        "static AIPP with dynamic resolution: no crop or padding",
+    ),
+    (
+        {"input_shape": {"x": [1, 3, -1, -1]}, "dynamic_image_size": [[2, 4], [4, 8]]},
+        {"padding": True, "left_padding_size": 2},
+        "static AIPP with dynamic resolution: no crop or padding",
+    ),
+    (
+        {"input_shape": {"x": [1, 3, -1, -1]}, "dynamic_image_size": [[2, 4], [4, 8]]},
+        {"src_image_size_w": 8, "src_image_size_h": 4},
+        "static AIPP with dynamic resolution: source size 0",
+    ),
+    (
+        {"input_shape": {"x": [-1, 3, 2, -1]}, "dynamic_dims": [[1, 4], [2, 8]]},
+        {},
+        "AIPP never with dynamic dims",
+    ),
+]
+
+
+@pytest.mark.parametrize(("manifest", "aipp", "rule"), RULES)
+def test_broken_rule_is_a_load_error_naming_it(
+    tmp_path: Path, manifest: dict[str, Any], aipp: dict[str, Any], rule: str
+) -> None:
+    manifest = {**manifest, "aipp": AIPP.model_copy(update=aipp).model_dump()}
+    with pytest.raises(ManifestError, match=f"rule '{rule}'"):
+        load_image(image_model(tmp_path, manifest))
+
+
+def test_rules_allow_static_aipp_with_batch_gears() -> None:
+    check_static_aipp(AIPP.model_copy(update={"src_image_size_w": 8}), "batch")
+    with pytest.raises(AippRuleError, match="dynamic dims"):
+        check_static_aipp(AIPP, "dims")
+
+
+def test_cli_prints_the_config_and_the_manifest_section(tmp_path: Path) -> None:
+    config = tmp_path / "a.toml"
+    config.write_text(
+        '[[ingress]]\nuri = "pull+bind:tcp://127.0.0.1:5555"\n'
+        '[[egress]]\nuri = "pub+bind:tcp://127.0.0.1:5556"\n'
+        '[[models]]\nname = "face"\nasset = "blazeface_short_range"\n'
+        '[models.preprocess]\nkind = "letterbox"\nsize = [128, 128]\n'
+        '[models.postprocess]\nkind = "blazeface"\n'
+    )
+    base = ["models", "aipp", "--config", str(config), "--model", "face"]
+    text = CliRunner().invoke(main, base)
+    assert text.exit_code == 0, text.output
+    assert (
+        text.output
+        == AIPP.model_copy(update={"src_image_size_w": 128, "src_image_size_h": 128}).to_config()
+    )
+    section = CliRunner().invoke(main, [*base, "--json", "--size", "0", "0"])
+    assert StaticAipp.model_validate_json(section.output) == AIPP
+    missing = CliRunner().invoke(main, [*base[:-1], "nope"])
+    assert missing.exit_code != 0 and "no model 'nope'" in missing.output
