@@ -113,8 +113,7 @@ def check(config_path: Path) -> None:
 @click.option(
     "--rounds",
     type=click.IntRange(min=1),
-    help="Times every mode runs; each reports its least disturbed run  [default: 3; 1 with "
-    "--quick]",
+    help="Times every mode runs; each reports its best run  [default: 3; 1 with --quick]",
 )
 @click.option(
     "--settle",

@@ -1,0 +1,131 @@
+"""The config every mode of one benchmark runs: the given one, put on free loopback ports.
+
+:func:`bench_config` keeps everything of the base config (by default
+``configs/default.toml``) that changes the work done per frame, and changes only what a
+benchmark needs: one native PULL ingress with ``on_full = "block"`` and one PUB egress on
+free 127.0.0.1 ports, the HTTP server (for ``/metrics``) on another, JSON logs, the batch
+``max_size`` under test, and for ``acl-sim`` the simulator's model layout.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+
+from streamer.bench.toml_text import dumps
+from streamer.config import Config, load_config
+
+__all__ = ["BACKENDS", "Ports", "bench_config", "free_port", "write_config"]
+
+BACKENDS = ("onnxruntime", "acl-sim")
+"""Backends the benchmark runs: the embedded default, and the ACL backend on its simulator."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Loopback ports of one daemon: ingress, egress and HTTP."""
+
+    ingress: int
+    egress: int
+    http: int
+
+    @classmethod
+    def free(cls) -> Ports:
+        return cls(free_port(), free_port(), free_port())
+
+    @property
+    def ingress_endpoint(self) -> str:
+        return f"tcp://127.0.0.1:{self.ingress}"
+
+    @property
+    def egress_endpoint(self) -> str:
+        return f"tcp://127.0.0.1:{self.egress}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.http}/metrics"
+
+
+def bench_config(
+    base: Config,
+    *,
+    backend: str,
+    max_size: int,
+    ports: Ports,
+    models_dir: Path,
+    batch_sizes: tuple[int, ...],
+) -> Config:
+    """The benchmark's config derived from ``base`` (see the module docstring).
+
+    Args:
+        base: the validated base config; its first ingress, egress and model are used.
+        backend: ``onnxruntime`` or ``acl-sim``.
+        max_size: ``[models.batch] max_size``.
+        ports: where the daemon listens.
+        models_dir: where the ``acl-sim`` layout (``face.om``, ``face.onnx``,
+            ``face.acl.json``) is written.
+        batch_sizes: the batch gears of the ``acl-sim`` model (ATC ``--dynamic_batch_size``).
+    """
+    data = base.model_dump(mode="json", exclude_none=True)
+    data["daemon"].update(log_format="json", http_address=f"127.0.0.1:{ports.http}")
+    data["ingress"] = [_ingress(data["ingress"][0], ports)]
+    data["egress"] = [_egress(data["egress"][0], ports)]
+    model = data["models"][0]
+    model["batch"]["max_size"] = max_size
+    if backend == "acl-sim":
+        data["runtime"].update(backend="acl-sim", options={})
+        om = _acl_sim_layout(base.model_path(base.models[0]), models_dir, batch_sizes)
+        model.pop("asset", None)
+        model.update(path=str(om), mode="auto")
+    return Config.model_validate(data)
+
+
+def _ingress(ingress: dict[str, Any], ports: Ports) -> dict[str, Any]:
+    drop = ("curve_secret_key_file", "curve_clients_dir", "source", "topics")
+    kept = {k: v for k, v in ingress.items() if k not in drop}
+    uri = f"pull+bind:tcp://127.0.0.1:{ports.ingress}"
+    return {**kept, "uri": uri, "protocol": "native", "on_full": "block"}
+
+
+def _egress(egress: dict[str, Any], ports: Ports) -> dict[str, Any]:
+    kept = {k: v for k, v in egress.items() if not k.startswith("curve_")}
+    return {**kept, "uri": f"pub+bind:tcp://127.0.0.1:{ports.egress}"}
+
+
+def _acl_sim_layout(onnx_model: Path, folder: Path, batch_sizes: tuple[int, ...]) -> Path:
+    """Lay out ``onnx_model`` as on an Ascend box: ``face.om`` in the config, with
+    ``face.onnx`` and the ATC manifest ``face.acl.json`` (dynamic batch sizes) beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(onnx_model, folder / "face.onnx")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(onnx_model), options, providers=["CPUExecutionProvider"])
+    first = session.get_inputs()[0]
+    shape = [-1, *(d if isinstance(d, int) else -1 for d in first.shape[1:])]
+    manifest = {"input_shape": {first.name: shape}, "dynamic_batch_size": sorted(batch_sizes)}
+    (folder / "face.acl.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return folder / "face.om"
+
+
+def write_config(config: Config, path: Path) -> Config:
+    """Write ``config`` as TOML to ``path``, and return it as read back from there.
+
+    Raises:
+        ConfigError: the written file does not load (a bug in the writer).
+    """
+    data = config.model_dump(mode="json", exclude_none=True)
+    path.write_text(dumps(data))
+    return load_config(path)

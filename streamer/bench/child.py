@@ -1,0 +1,109 @@
+"""A subprocess of the benchmark whose stdout lines are read on a thread and kept.
+
+Used for the daemon (its JSON log lines) and the ``naive`` receiver (a ``ready`` line), so
+the benchmark can wait for a line with a timeout and keep every line for the log file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from streamer.errors import StreamerError
+
+__all__ = ["Child", "python_module"]
+
+_STOP_TIMEOUT_S = 30.0
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    """The command line that runs ``python -m module args…`` with this interpreter."""
+    return [sys.executable, "-m", module, *args]
+
+
+class Child:
+    """A running subprocess; stdout and stderr together, one JSON object (or text) per line.
+
+    Args:
+        command: the command line.
+        log_path: every line is written here when the child is stopped.
+    """
+
+    def __init__(self, command: Sequence[str], log_path: Path) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self._log_path = log_path
+        self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self.process = subprocess.Popen(
+            list(command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._reader = threading.Thread(target=self._read, name="bench-child-reader", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                entry = {"event": "text", "line": line.rstrip()}
+            if not isinstance(entry, dict):
+                entry = {"event": "text", "line": line.rstrip()}
+            self.lines.append(entry)
+            self._queue.put(entry)
+        self._queue.put(None)
+
+    def wait_event(self, event: str, timeout_s: float) -> dict[str, Any]:
+        """The first line whose ``event`` is ``event`` (lines before it are skipped).
+
+        Raises:
+            StreamerError: the child exited, or no such line came within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                entry = self._queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if entry is None:
+                raise StreamerError(f"{self._name()} exited: {self._tail()}")
+            if entry.get("event") == event:
+                return entry
+        raise StreamerError(f"{self._name()}: no {event!r} line in {timeout_s} s: {self._tail()}")
+
+    def stop(self) -> int:
+        """SIGTERM, wait (kill after 30 s), write the log; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self._reader.join(5)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        self._log_path.write_text("".join(json.dumps(line) + "\n" for line in self.lines))
+        return code
+
+    def _name(self) -> str:
+        return " ".join(str(a) for a in self.process.args[1:4])  # type: ignore[index]
+
+    def _tail(self) -> str:
+        return "; ".join(json.dumps(line) for line in self.lines[-5:]) or "no output"

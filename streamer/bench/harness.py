@@ -1,0 +1,204 @@
+"""Everything under test, started once and kept running while the modes take turns.
+
+:class:`Harness` holds the in-process :class:`FrameWork`, the ``naive`` receiver and one
+daemon per ``max_size``. :meth:`Harness.run_round` runs every mode once on every input, in
+turn, so that a burst of load from other processes on a shared machine hits one round of
+one mode rather than a whole mode; each run records the CPU other processes used meanwhile
+(:mod:`.machine`), and the report keeps each mode's best round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from streamer.bench.bench_config import Ports, free_port
+from streamer.bench.components import Components
+from streamer.bench.daemon_run import DaemonDetail, DaemonUnderTest, Load
+from streamer.bench.frameset import FrameSet
+from streamer.bench.machine import CpuSnapshot, others_cores, wait_until_quiet
+from streamer.bench.modes import (
+    DAEMON,
+    HALF_RATE,
+    MANY_SOURCES,
+    MANY_SOURCES_MODE,
+    NAIVE,
+    PROFILED,
+    SERIAL,
+    daemon_mode,
+)
+from streamer.bench.naive import NaiveReceiver, run_naive_sender
+from streamer.bench.serial import run_serial
+from streamer.bench.stats import RunResult
+from streamer.bench.work import FrameWork
+from streamer.config import Config
+
+__all__ = ["PROFILE_FRAMES_FACTOR", "DaemonPlan", "Harness", "Measured"]
+
+_NAIVE_WARMUP = 16
+PROFILE_FRAMES_FACTOR = 3
+"""A profiled run sends this many times the frames of the others (more samples)."""
+
+Progress = Callable[[str, int], None]
+"""Told ``(what is running, frames just done)``."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One run of one mode: its result, and for the daemon its details."""
+
+    result: RunResult
+    detail: DaemonDetail | None = None
+
+
+@dataclass(frozen=True)
+class DaemonPlan:
+    """A daemon to start: its config file, ports and batch ``max_size``."""
+
+    path: Path
+    ports: Ports
+    max_size: int
+
+
+class Harness:
+    """The in-process steps, the naive receiver and the daemons; close it on every path.
+
+    Args:
+        config: the primary config (the in-process modes use it).
+        daemons: one per ``max_size``, the primary first.
+        frames: input name → (frames, the file they are saved in).
+        count: frames per run.
+        out_dir: where logs go.
+        progress: told what runs and how many frames each run did.
+        settle_s: before each run, wait up to this long for other processes to quiet down.
+
+    Raises:
+        StreamerError, ConfigError, ModelError: something did not start; what did is stopped.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        daemons: list[DaemonPlan],
+        frames: dict[str, tuple[FrameSet, Path]],
+        count: int,
+        out_dir: Path,
+        progress: Progress,
+        settle_s: float = 0.0,
+    ) -> None:
+        self.frames, self._count, self._progress = frames, count, progress
+        self._settle_s = settle_s
+        self._primary = daemons[0].max_size
+        self._best_fps: dict[str, float] = {}
+        self.daemons: list[DaemonUnderTest] = []
+        self.work = FrameWork(config)
+        self._endpoint = f"tcp://127.0.0.1:{free_port()}"
+        self.receiver: NaiveReceiver | None = None
+        try:
+            self._start(daemons[0].path, daemons, out_dir)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, config_path: Path, daemons: list[DaemonPlan], out_dir: Path) -> None:
+        self._progress("starting the naive receiver", 0)
+        self.receiver = NaiveReceiver(config_path, self._endpoint, out_dir / "naive.log")
+        for plan in daemons:
+            self._progress(f"starting the daemon, max_size {plan.max_size}", 0)
+            log = out_dir / f"daemon-max_size-{plan.max_size}.log"
+            self.daemons.append(DaemonUnderTest(plan.path, plan.ports, plan.max_size, log))
+        for daemon in self.daemons:
+            for frames, _ in self.frames.values():
+                daemon.warm_up(frames)
+
+    def close(self) -> None:
+        """Stop the daemons and the receiver, release the model; idempotent."""
+        for daemon in self.daemons:
+            daemon.stop()
+        self.daemons = []
+        if self.receiver is not None:
+            self.receiver.stop()
+            self.receiver = None
+        self.work.close()
+
+    def run_round(self, components: dict[str, Components]) -> dict[str, dict[str, Measured]]:
+        """Every mode once on every input: input name → mode → its run.
+
+        The 50 % run is paced at half the best full-load rate of the rounds so far.
+        """
+        return {name: self._input_round(name, components[name]) for name in self.frames}
+
+    def _input_round(self, name: str, components: Components) -> dict[str, Measured]:
+        frames, path = self.frames[name]
+        runs = {
+            SERIAL: self._measured(
+                SERIAL, name, [], lambda: run_serial(self.work, frames, self._count)
+            ),
+            NAIVE: self._measured(NAIVE, name, self._receiver_pids(), self._naive(path)),
+        }
+        for daemon in self.daemons:
+            mode = daemon_mode(daemon.max_size, self._primary)
+            runs[mode] = self._daemon_run(daemon, Load(mode, 1, self._count), name, components)
+        primary = self.daemons[0]
+        best = self._best_fps[name] = max(self._best_fps.get(name, 0.0), runs[DAEMON].result.fps)
+        half = Load(HALF_RATE, 1, self._count, round(best / 2, 1))
+        many = Load(MANY_SOURCES_MODE, MANY_SOURCES, self._count)
+        for load in (half, many):
+            runs[load.mode] = self._daemon_run(primary, load, name, components)
+        return runs
+
+    def profile(self, components: dict[str, Components], out_dir: Path) -> dict[str, Measured]:
+        """A full-load run of the primary daemon on each input under py-spy.
+
+        Raises:
+            StreamerError: py-spy is missing or failed.
+        """
+        load = Load(PROFILED, 1, self._count * PROFILE_FRAMES_FACTOR)
+        return {
+            name: self._daemon_run(
+                self.daemons[0], load, name, components[name], out_dir / f"profile-{name}.txt"
+            )
+            for name in self.frames
+        }
+
+    def _daemon_run(
+        self,
+        daemon: DaemonUnderTest,
+        load: Load,
+        name: str,
+        components: Components,
+        profile_path: Path | None = None,
+    ) -> Measured:
+        frames, path = self.frames[name]
+        self._settle(f"{name}: {load.mode}")
+        before = CpuSnapshot.take([daemon.pid])
+        result, detail = daemon.run(load, frames, path, components, profile_path)
+        after = CpuSnapshot.take([daemon.pid])
+        self._progress(f"{name}: {load.mode}", load.count)
+        return Measured(replace(result, others_cores=others_cores(before, after)), detail)
+
+    def _settle(self, what: str) -> None:
+        """Announce ``what`` runs next, once the machine is quiet (or ``settle_s`` passed)."""
+        self._progress(f"{what} (waiting for a quiet machine)", 0)
+        wait_until_quiet(self._settle_s, self._live_pids())
+        self._progress(what, 0)
+
+    def _live_pids(self) -> list[int]:
+        return [d.pid for d in self.daemons] + self._receiver_pids()
+
+    def _naive(self, path: Path) -> Callable[[], RunResult]:
+        return lambda: run_naive_sender(self._endpoint, path, self._count, _NAIVE_WARMUP)
+
+    def _receiver_pids(self) -> list[int]:
+        return [self.receiver.pid] if self.receiver is not None else []
+
+    def _measured(
+        self, mode: str, name: str, live_pids: Iterable[int], run: Callable[[], RunResult]
+    ) -> Measured:
+        self._settle(f"{name}: {mode}")
+        before = CpuSnapshot.take(live_pids)
+        result = run()
+        after = CpuSnapshot.take(live_pids)
+        self._progress(f"{name}: {mode}", self._count)
+        return Measured(replace(result, others_cores=others_cores(before, after)))

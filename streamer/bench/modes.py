@@ -1,0 +1,32 @@
+"""The names of the modes in the report (its ``runs`` keys), in the order they run."""
+
+from __future__ import annotations
+
+__all__ = [
+    "DAEMON",
+    "HALF_RATE",
+    "MANY_SOURCES",
+    "MANY_SOURCES_MODE",
+    "NAIVE",
+    "PROFILED",
+    "SERIAL",
+    "daemon_mode",
+]
+
+SERIAL = "serial"
+NAIVE = "naive"
+DAEMON = "daemon"
+"""The daemon at full load with the primary ``max_size`` (the first one given)."""
+HALF_RATE = "daemon_half_rate"
+"""The primary daemon paced at 50 % of its full-load rate."""
+MANY_SOURCES = 16
+MANY_SOURCES_MODE = f"daemon_{MANY_SOURCES}_sources"
+"""The primary daemon at full load, the frames spread over 16 sources."""
+PROFILED = "daemon_profiled"
+"""The primary daemon at full load under py-spy (``--profile``)."""
+
+
+def daemon_mode(max_size: int, primary: int) -> str:
+    """A full-load daemon run: ``daemon`` for the primary ``max_size``,
+    ``daemon_max_size_<n>`` for the others."""
+    return DAEMON if max_size == primary else f"daemon_max_size_{max_size}"

@@ -1,0 +1,249 @@
+"""``streamer bench``: every mode of issue 8 in one invocation, then the report.
+
+The inputs are read and saved once; the in-process model, the ``naive`` receiver and one
+daemon per ``max_size`` are started (:class:`~streamer.bench.harness.Harness`); the
+``components`` are timed; then every mode runs once per round, ``--rounds`` times, and each
+mode's best round is reported; with ``--profile`` a last full-load run per input
+is sampled with py-spy. Everything is written under ``--out``: ``report.json``,
+``report.png``, the configs the daemons ran, their logs and the receiver's, the profiles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from streamer.bench.assemble import Measurements, assemble, settings
+from streamer.bench.bench_config import Ports, bench_config, write_config
+from streamer.bench.components import Components, cpu_cores, measure_components
+from streamer.bench.frameset import FrameSet
+from streamer.bench.harness import PROFILE_FRAMES_FACTOR, DaemonPlan, Harness, Measured
+from streamer.bench.inputs import INPUTS
+from streamer.bench.plot import INSTALL_HINT, plot_available, write_plot
+from streamer.bench.report import BenchReport, format_report, write_json
+from streamer.config import Config, load_config
+
+__all__ = [
+    "DEFAULT_FRAMES",
+    "DEFAULT_ROUNDS",
+    "DEFAULT_SETTLE_S",
+    "QUICK_FRAMES",
+    "BenchOptions",
+    "run_bench",
+]
+
+DEFAULT_FRAMES = 1000
+DEFAULT_ROUNDS = 3
+DEFAULT_SETTLE_S = 10.0
+QUICK_FRAMES = 32
+BATCH_SIZES = (1, 2, 4, 8, 16)
+
+Echo = Callable[[str], None]
+Progress = Callable[[str, int], None]
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """How to run the benchmark.
+
+    Attributes:
+        config_path: the base config (``configs/default.toml``).
+        frames: frames per run, mode and input.
+        rounds: times every mode runs; the best run of each is reported.
+        backend: ``onnxruntime`` or ``acl-sim``.
+        max_sizes: batch ``max_size`` values for the daemon, the first one (the primary)
+            with every run; empty for the config's.
+        out_dir: where the report and the run's files go.
+        profile: also sample the daemon with py-spy under full load.
+        settle_s: before each run, wait up to this long for other processes to quiet down.
+    """
+
+    config_path: Path
+    frames: int = DEFAULT_FRAMES
+    rounds: int = DEFAULT_ROUNDS
+    backend: str = "onnxruntime"
+    max_sizes: tuple[int, ...] = ()
+    out_dir: Path = Path("results/bench")
+    profile: bool = False
+    settle_s: float = DEFAULT_SETTLE_S
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the options resolve to: the base config, the daemons, the saved inputs."""
+
+    base: Config
+    batch_sizes: tuple[int, ...]
+    daemons: list[DaemonPlan]
+    primary_config: Config
+    frames: dict[str, tuple[FrameSet, Path]]
+
+    @property
+    def max_sizes(self) -> tuple[int, ...]:
+        return tuple(d.max_size for d in self.daemons)
+
+
+def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
+    """Run every mode, write ``report.json`` (and ``report.png``), print the tables.
+
+    Raises:
+        ConfigError, ModelError, AssetError: the config, model or media cannot be used.
+        StreamerError: a subprocess (daemon, receiver, producer, py-spy) failed.
+    """
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    if not plot_available():
+        echo(f"matplotlib is not installed, so no plot will be drawn: {INSTALL_HINT}")
+    plan = _plan(options)
+    total = _total_frames(options, len(plan.daemons), max(plan.batch_sizes))
+    try:
+        with tqdm(total=total, unit="frame", dynamic_ncols=True) as bar:
+            components, rounds, profiled = _measure(options, plan, _progress(bar))
+    finally:
+        for _, path in plan.frames.values():
+            path.unlink(missing_ok=True)
+    report = assemble(_measurements(options, plan, components, rounds, profiled))
+    write_json(report, options.out_dir / "report.json")
+    if "plot" in report.files:
+        write_plot(report, Path(report.files["plot"]))
+    echo(format_report(report))
+    return report
+
+
+def _plan(options: BenchOptions) -> _Plan:
+    base = load_config(options.config_path)
+    max_sizes = options.max_sizes or (base.models[0].batch.max_size,)
+    batch_sizes = tuple(sorted({*BATCH_SIZES, *max_sizes}))
+    configs = [_daemon_config(base, options, m, batch_sizes) for m in max_sizes]
+    daemons = [daemon for daemon, _ in configs]
+    return _Plan(base, batch_sizes, daemons, configs[0][1], _save_inputs(options))
+
+
+def _daemon_config(
+    base: Config, options: BenchOptions, max_size: int, batch_sizes: tuple[int, ...]
+) -> tuple[DaemonPlan, Config]:
+    """The config of the daemon with ``max_size``, written under ``--out``."""
+    ports = Ports.free()
+    config = bench_config(
+        base,
+        backend=options.backend,
+        max_size=max_size,
+        ports=ports,
+        models_dir=options.out_dir / "models",
+        batch_sizes=batch_sizes,
+    )
+    path = options.out_dir / f"config-max_size-{max_size}.toml"
+    return DaemonPlan(path, ports, max_size), write_config(config, path)
+
+
+def _save_inputs(options: BenchOptions) -> dict[str, tuple[FrameSet, Path]]:
+    """Each input's frames, read once and saved for the producer processes (the files are
+    removed at the end)."""
+    frames = {}
+    for bench_input in INPUTS:
+        frame_set = bench_input.load(options.frames)
+        path = options.out_dir / f"frames-{bench_input.name}.pickle"
+        frame_set.save(path)
+        frames[bench_input.name] = (frame_set, path)
+    return frames
+
+
+def _measure(
+    options: BenchOptions, plan: _Plan, progress: Progress
+) -> tuple[dict[str, Components], list[dict[str, dict[str, Measured]]], dict[str, Measured]]:
+    """(components, rounds, profiled runs), everything under test started once."""
+    harness = Harness(
+        plan.primary_config,
+        plan.daemons,
+        plan.frames,
+        options.frames,
+        options.out_dir,
+        progress,
+        options.settle_s,
+    )
+    try:
+        components = {
+            name: _components(harness, name, frames, options.frames, plan.batch_sizes, progress)
+            for name, (frames, _) in plan.frames.items()
+        }
+        rounds = [harness.run_round(components) for _ in range(options.rounds)]
+        profiled = harness.profile(components, options.out_dir) if options.profile else {}
+    finally:
+        harness.close()
+    return components, rounds, profiled
+
+
+def _components(
+    harness: Harness,
+    name: str,
+    frames: FrameSet,
+    count: int,
+    batch_sizes: tuple[int, ...],
+    progress: Progress,
+) -> Components:
+    def done(frames_done: int) -> None:
+        progress(f"{name}: components", frames_done)
+
+    done(0)
+    return measure_components(harness.work, frames, count, batch_sizes, done)
+
+
+def _measurements(
+    options: BenchOptions,
+    plan: _Plan,
+    components: dict[str, Components],
+    rounds: list[dict[str, dict[str, Measured]]],
+    profiled: dict[str, Measured],
+) -> Measurements:
+    batch = plan.base.models[0].batch
+    given = {
+        "config": str(options.config_path),
+        "backend": options.backend,
+        "frames": options.frames,
+        "rounds": options.rounds,
+        "settle_s": options.settle_s,
+        "max_sizes": list(plan.max_sizes),
+        "batch_sizes": list(plan.batch_sizes),
+        "cores": cpu_cores(),
+    }
+    return Measurements(
+        settings=settings(**given),
+        frames={name: frames for name, (frames, _) in plan.frames.items()},
+        components=components,
+        rounds=rounds,
+        profiled=profiled,
+        max_sizes=plan.max_sizes,
+        configured_max_size=batch.max_size,
+        max_delay_ms=batch.max_delay_ms,
+        cores=cpu_cores(),
+        files=_files(options, plan),
+    )
+
+
+def _total_frames(options: BenchOptions, daemons: int, chunk: int) -> int:
+    """Frames the progress bar counts: every run of every input."""
+    components = math.ceil(options.frames / chunk) * chunk
+    runs_per_round = 2 + daemons + 2  # serial, naive, a full load per daemon, 50 %, sources
+    runs = options.rounds * runs_per_round + options.profile * PROFILE_FRAMES_FACTOR
+    return len(INPUTS) * (components + runs * options.frames)
+
+
+def _progress(bar: tqdm[Any]) -> Progress:
+    def report(what: str, frames: int) -> None:
+        bar.set_description(what, refresh=False)
+        bar.update(frames)
+
+    return report
+
+
+def _files(options: BenchOptions, plan: _Plan) -> dict[str, str]:
+    out = options.out_dir
+    files = {"json": str(out / "report.json")}
+    if plot_available():
+        files["plot"] = str(out / "report.png")
+    files["configs"] = ", ".join(str(d.path) for d in plan.daemons)
+    return files

@@ -1,0 +1,206 @@
+"""The daemon's per-frame steps, called directly on the calling thread, with no transport.
+
+:class:`FrameWork` builds what the daemon builds from a config (the decode limits, the
+pre- and post-processor plug-ins, the model) and exposes each step as a plain call, for the
+``components``, ``serial`` and ``naive`` modes. With ``backend = "onnxruntime"`` inference is
+``InferenceSession.run`` on the calling thread, with the session options the daemon's
+backend uses (what a hand-written program does); any other backend runs through its
+queue-bound model, enqueue then dequeue, from the calling thread (the ACL path's host-side
+work included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Protocol
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from streamer.config import Config
+from streamer.errors import BackendError, ConfigError, ModelError
+from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel, open_backend
+from streamer.runtime.graph_preprocess import prepend_normalization
+from streamer.runtime.onnx import in_graph_normalization, session_model_info
+from streamer.transport.ingress import widest_limits
+from streamer.vision.decode import decode_image
+from streamer.vision.postprocess import Postprocessor
+from streamer.vision.preprocess import LetterboxTransform, Preprocessor
+from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
+
+__all__ = ["FrameWork"]
+
+_DEQUEUE_TIMEOUT_MS = 60_000
+_GPU_PROVIDERS = ("CUDAExecutionProvider", "ROCMExecutionProvider")  # take a device id
+
+
+class _Runner(Protocol):
+    info: ModelInfo
+
+    def run(self, batch: np.ndarray) -> Sequence[np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
+class _SessionRunner:
+    """onnxruntime on the calling thread, loaded as ``OnnxBackend.load`` loads it: the same
+    session options, provider and device, and the same in-graph preprocessing."""
+
+    def __init__(self, spec: ModelSpec, options: Mapping[str, Any]) -> None:
+        sess_options = ort.SessionOptions()
+        sess_options.intra_op_num_threads = int(options.get("intra_op_threads", 0))
+        sess_options.log_severity_level = 3
+        providers = list(options.get("providers", ["CPUExecutionProvider"]))
+        device = [{"device_id": spec.device} if p in _GPU_PROVIDERS else {} for p in providers]
+        try:
+            self._session = ort.InferenceSession(
+                _model_source(spec), sess_options, providers=providers, provider_options=device
+            )
+        except Exception as exc:  # onnxruntime raises its own untyped pybind exceptions
+            raise ModelError(f"model {spec.name!r}: cannot load {spec.path}: {exc}") from exc
+        self.info = session_model_info(spec.name, self._session, spec.batch_gears)
+        self._input = self.info.inputs[0].name
+
+    def run(self, batch: np.ndarray) -> Sequence[np.ndarray]:
+        return list(self._session.run(None, {self._input: batch}))
+
+    def close(self) -> None:
+        """Nothing to release: the session goes with the object."""
+
+
+def _model_source(spec: ModelSpec) -> str | bytes:
+    """The model file, or with ``normalize = "model"`` the graph with the preprocessing
+    composed in (serialised).
+
+    Raises:
+        ConfigError: the preprocessing table cannot go into the graph.
+    """
+    normalization = in_graph_normalization(spec.preprocess)
+    if normalization is None:
+        return str(spec.path)
+    composed = prepend_normalization(onnx.load(str(spec.path)), normalization)
+    serialized: bytes = composed.SerializeToString()
+    return serialized
+
+
+class _QueueRunner:
+    """Any backend's queue-bound model, used synchronously from one thread."""
+
+    def __init__(self, backend: Backend, spec: ModelSpec) -> None:
+        self._model: QueueModel = backend.load(spec)
+        self._model.attach_thread()
+        self.info = self._model.info
+
+    def run(self, batch: np.ndarray) -> Sequence[np.ndarray]:
+        self._model.enqueue([batch])
+        done = self._model.dequeue(_DEQUEUE_TIMEOUT_MS)
+        if done is None or done.outputs is None:
+            detail = done.error.detail if done is not None and done.error else "timed out"
+            raise BackendError(f"model {self.info.name!r}: {detail}")
+        return done.outputs
+
+    def close(self) -> None:
+        self._model.close()
+
+
+class FrameWork:
+    """Decode, preprocess, infer and postprocess as the daemon configured by ``config`` does.
+
+    Not thread-safe: one thread calls every method. Close it (or use it as a context
+    manager) to release the model and the backend.
+
+    Args:
+        config: a validated config; its first ``[[models]]`` stage is used.
+
+    Raises:
+        ConfigError, ModelError, BackendError: as :meth:`Pipeline.load` would.
+    """
+
+    def __init__(self, config: Config) -> None:
+        model = config.models[0]
+        if model.preprocess is None:
+            raise ConfigError("streamer bench needs models[0] to have a [models.preprocess]")
+        spec = ModelSpec(
+            name=model.name,
+            path=config.model_path(model),
+            device=config.runtime.devices[0],
+            mode=model.mode,
+            max_in_flight=model.max_in_flight,
+            batch_gears=model.batch.gears,
+            preprocess=model.preprocess,
+        )
+        self._limits = widest_limits(config.ingress)
+        self._backend: Backend | None = None
+        self._closed = False
+        self._runner = self._open_runner(config, spec)
+        try:
+            info = self._runner.info
+            self._preprocess: Preprocessor = PREPROCESSORS.create(
+                model.preprocess, info, "models[0].preprocess"
+            )
+            self._postprocess: Postprocessor = POSTPROCESSORS.create(
+                model.postprocess, info, "models[0].postprocess"
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_runner(self, config: Config, spec: ModelSpec) -> _Runner:
+        if config.runtime.backend == "onnxruntime":
+            return _SessionRunner(spec, config.runtime.options)
+        self._backend = open_backend(config.runtime)
+        try:
+            return _QueueRunner(self._backend, spec)
+        except BaseException:
+            self._backend.close()
+            raise
+
+    def decode(
+        self, encoding: str, payload: bytes | memoryview, fields: Mapping[str, Any]
+    ) -> np.ndarray:
+        """One payload → BGR uint8 (H, W, 3), by the daemon's decoding rules.
+
+        Raises:
+            FrameError: as :func:`streamer.vision.decode.decode_image`.
+        """
+        return decode_image(encoding, payload, fields, self._limits)
+
+    def preprocess(self, image: np.ndarray) -> tuple[np.ndarray, LetterboxTransform]:
+        """One BGR image → (model input without the batch axis, its letterbox transform)."""
+        return self._preprocess(image)
+
+    def infer(self, batch: np.ndarray) -> Sequence[np.ndarray]:
+        """Run one batch (batch first, e.g. float32 (B, 3, 128, 128)); outputs batch first.
+
+        Raises:
+            BackendError: the execution failed (backends other than onnxruntime).
+        """
+        return self._runner.run(batch)
+
+    def postprocess(
+        self, outputs: Sequence[np.ndarray], transforms: Sequence[LetterboxTransform]
+    ) -> list[dict[str, Any]]:
+        """Per-frame results of the first ``len(transforms)`` rows of one batch's outputs."""
+        return self._postprocess(outputs, transforms)
+
+    def close(self) -> None:
+        """Release the model, then the backend; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._runner.close()
+        if self._backend is not None:
+            self._backend.close()
+
+    def __enter__(self) -> FrameWork:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,51 @@
+"""``streamer bench --quick``: every mode runs and the report has its shape.
+
+A smoke test: a few frames per mode, so nothing here is a measurement and no timing is
+asserted; it checks that every mode of issue 8 produced results and that the report, the
+table and (with matplotlib) the plot are written.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FRAMES = 16
+MODES = {"serial", "naive", "daemon", "daemon_half_rate", "daemon_16_sources"}
+STEPS = {"decode", "preprocess", "inference", "postprocess"}
+
+
+def run_bench(out: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "streamer", "bench", "--quick", "--frames", str(FRAMES)]
+    command += ["--config", str(ROOT / "configs" / "default.toml"), "--out", str(out)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=110, cwd=ROOT)
+
+
+def test_quick_bench_runs_every_mode_and_writes_the_report(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    done = run_bench(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert {i["name"] for i in report["inputs"]} == {"carphone_raw", "bigbuckbunny_jpeg"}
+    for item in report["inputs"]:
+        assert set(item["runs"]) == MODES
+        for mode, run in item["runs"].items():
+            assert 0 < run["frames"] <= FRAMES and run["failed"] == 0, (item["name"], mode, run)
+            assert run["latency"]["p99_ms"] >= run["latency"]["p50_ms"] > 0
+        assert set(item["components"]) == STEPS
+        assert set(item["components"]["inference"]) == {"1", "2", "4", "8", "16"}
+        assert item["limit"]["fps"] > 0 and item["limit"]["cores"] >= 1
+        stages = item["daemon"]["daemon"]["stages"]
+        names = {stage["name"] for stage in stages["stages"]}
+        assert {"ingress", "decode+preprocess", "inference", "postprocess", "egress"} <= names
+        assert stages["slowest"]
+        assert {t["name"] for t in item["targets"]} >= {"daemon / limit", "daemon / naive"}
+    assert report["targets"] and report["max_size"]["fastest"] in (1, 2, 4, 8, 16)
+    assert "daemon / limit" in done.stdout and "slowest stage" in done.stdout
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "report.png").stat().st_size > 0
