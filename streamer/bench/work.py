@@ -16,14 +16,11 @@ from types import TracebackType
 from typing import Any, Protocol
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 
 from streamer.config import Config
-from streamer.errors import BackendError, ConfigError, ModelError
+from streamer.errors import BackendError, ConfigError
 from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel, open_backend
-from streamer.runtime.graph_preprocess import prepend_normalization
-from streamer.runtime.onnx import in_graph_normalization, session_model_info
+from streamer.runtime.onnx import open_session, session_model_info
 from streamer.transport.ingress import widest_limits
 from streamer.vision.decode import decode_image
 from streamer.vision.postprocess import Postprocessor
@@ -33,7 +30,6 @@ from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
 __all__ = ["FrameWork"]
 
 _DEQUEUE_TIMEOUT_MS = 60_000
-_GPU_PROVIDERS = ("CUDAExecutionProvider", "ROCMExecutionProvider")  # take a device id
 
 
 class _Runner(Protocol):
@@ -49,17 +45,7 @@ class _SessionRunner:
     session options, provider and device, and the same in-graph preprocessing."""
 
     def __init__(self, spec: ModelSpec, options: Mapping[str, Any]) -> None:
-        sess_options = ort.SessionOptions()
-        sess_options.intra_op_num_threads = int(options.get("intra_op_threads", 0))
-        sess_options.log_severity_level = 3
-        providers = list(options.get("providers", ["CPUExecutionProvider"]))
-        device = [{"device_id": spec.device} if p in _GPU_PROVIDERS else {} for p in providers]
-        try:
-            self._session = ort.InferenceSession(
-                _model_source(spec), sess_options, providers=providers, provider_options=device
-            )
-        except Exception as exc:  # onnxruntime raises its own untyped pybind exceptions
-            raise ModelError(f"model {spec.name!r}: cannot load {spec.path}: {exc}") from exc
+        self._session = open_session(spec, options)
         self.info = session_model_info(spec.name, self._session, spec.batch_gears)
         self._input = self.info.inputs[0].name
 
@@ -68,21 +54,6 @@ class _SessionRunner:
 
     def close(self) -> None:
         """Nothing to release: the session goes with the object."""
-
-
-def _model_source(spec: ModelSpec) -> str | bytes:
-    """The model file, or with ``normalize = "model"`` the graph with the preprocessing
-    composed in (serialised).
-
-    Raises:
-        ConfigError: the preprocessing table cannot go into the graph.
-    """
-    normalization = in_graph_normalization(spec.preprocess)
-    if normalization is None:
-        return str(spec.path)
-    composed = prepend_normalization(onnx.load(str(spec.path)), normalization)
-    serialized: bytes = composed.SerializeToString()
-    return serialized
 
 
 class _QueueRunner:

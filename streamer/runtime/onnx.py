@@ -21,7 +21,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -43,7 +43,13 @@ from streamer.runtime.base import (
 )
 from streamer.runtime.graph_preprocess import InputNormalization, prepend_normalization
 
-__all__ = ["OnnxBackend", "OnnxModel", "in_graph_normalization", "session_model_info"]
+__all__ = [
+    "OnnxBackend",
+    "OnnxModel",
+    "in_graph_normalization",
+    "open_session",
+    "session_model_info",
+]
 
 _ONNX_DTYPES = {
     "tensor(float)": np.float32,
@@ -89,6 +95,32 @@ def _provider_options(providers: list[str], device: int) -> list[dict[str, Any]]
     return [{"device_id": device} if p in gpu else {} for p in providers]
 
 
+def open_session(spec: ModelSpec, options: Mapping[str, Any]) -> ort.InferenceSession:
+    """An onnxruntime session for ``spec``: threads, providers (the GPU one on
+    ``spec.device``) and in-graph preprocessing from ``options`` and ``spec``.
+
+    Raises:
+        ModelError: the file is missing or onnxruntime cannot load it.
+        ConfigError: the preprocessing cannot go into the graph.
+    """
+    sess_options = ort.SessionOptions()
+    sess_options.intra_op_num_threads = int(options.get("intra_op_threads", 0))
+    sess_options.log_severity_level = 3
+    providers = list(options.get("providers", ["CPUExecutionProvider"]))
+    if not spec.path.is_file():
+        raise ModelError(f"model {spec.name!r}: no file at {spec.path}")
+    source = _model_source(spec)
+    try:
+        return ort.InferenceSession(
+            source,
+            sess_options,
+            providers=providers,
+            provider_options=_provider_options(providers, spec.device),
+        )
+    except Exception as exc:  # onnxruntime raises its own untyped pybind exceptions
+        raise ModelError(f"model {spec.name!r}: cannot load {spec.path}: {exc}") from exc
+
+
 class OnnxBackend(Backend):
     """onnxruntime sessions behind the queue-bound contract.
 
@@ -102,24 +134,7 @@ class OnnxBackend(Backend):
         self._options = dict(config.options)
 
     def load(self, spec: ModelSpec) -> OnnxModel:
-        options = {**self._options, **spec.options}
-        sess_options = ort.SessionOptions()
-        sess_options.intra_op_num_threads = int(options.get("intra_op_threads", 0))
-        sess_options.log_severity_level = 3
-        providers = list(options.get("providers", ["CPUExecutionProvider"]))
-        if not spec.path.is_file():
-            raise ModelError(f"model {spec.name!r}: no file at {spec.path}")
-        source = _model_source(spec)
-        try:
-            session = ort.InferenceSession(
-                source,
-                sess_options,
-                providers=providers,
-                provider_options=_provider_options(providers, spec.device),
-            )
-        except Exception as exc:  # onnxruntime raises its own untyped pybind exceptions
-            raise ModelError(f"model {spec.name!r}: cannot load {spec.path}: {exc}") from exc
-        return OnnxModel(spec, session)
+        return OnnxModel(spec, open_session(spec, {**self._options, **spec.options}))
 
     def close(self) -> None:
         """Nothing to release: sessions belong to their models."""
