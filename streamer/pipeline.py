@@ -48,9 +48,9 @@ from streamer.scheduling.swap import StageSwap
 from streamer.transport.egress import Egress
 from streamer.transport.ingress import Ingress, widest_limits
 from streamer.transport.security import CurveAuthenticator, start_authenticator
-from streamer.vision.decode import DecodeLimits, decode_image
+from streamer.vision.decode import DecodeLimits, decode_image, decode_jpeg_reduced
 from streamer.vision.postprocess import Postprocessor
-from streamer.vision.preprocess import Preprocessor
+from streamer.vision.preprocess import Letterbox, Preprocessor
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
 from streamer.vision.stages import ITEM_STAGES, ItemStage
 
@@ -190,6 +190,30 @@ def _models_identity(config: Config) -> list[tuple[object, ...]]:
     return identity
 
 
+_REDUCE_MARGIN = 2
+"""A reduced decode keeps at least this many image pixels per model-input pixel, so the final
+resize still averages (INTER_AREA) and detections stay within a pixel of a full decode."""
+
+
+def _reduced_decode(frame: Frame, stage: ModelStage, limits: DecodeLimits, keep: bool) -> bool:
+    """Decode a JPEG much larger than the model input at a reduced size and letterbox it with
+    a transform that maps back to full-frame pixels; False when that does not apply (not a
+    JPEG, not a letterbox stage, or a later stage crops from the decoded image)."""
+    letterbox = stage.preprocess
+    if frame.encoding != "jpeg" or keep or not isinstance(letterbox, Letterbox):
+        return False
+    assert frame.payload is not None
+    height, width = max(letterbox.sizes)
+    cover = (height * _REDUCE_MARGIN, width * _REDUCE_MARGIN)
+    image, factor, size = decode_jpeg_reduced(frame.payload, frame.header, limits, cover)
+    frame.payload = None
+    frame.width, frame.height = size
+    frame.tensor, transform = letterbox(image)
+    frame.transform = transform.enlarged(factor, *size) if factor > 1 else transform
+    frame.prepared_at_ns = time.monotonic_ns()
+    return True
+
+
 def prepare_frame(frame: Frame, stage: ModelStage, limits: DecodeLimits, keep_image: bool) -> Frame:
     """Decode one frame and prepare it for the chain's first stage, in place (runs on the
     worker pool): its tensor, or for an item stage its items.
@@ -199,6 +223,8 @@ def prepare_frame(frame: Frame, stage: ModelStage, limits: DecodeLimits, keep_im
     """
     try:
         assert frame.payload is not None
+        if _reduced_decode(frame, stage, limits, keep_image):
+            return frame
         image = decode_image(frame.encoding, frame.payload, frame.header, limits)
         frame.payload = None
         frame.height, frame.width = image.shape[:2]

@@ -36,7 +36,14 @@ import numpy as np
 
 from streamer.errors import FrameError, Reason
 
-__all__ = ["RAW_DTYPES", "DecodeLimits", "check_payload", "decode_image", "encoded_size"]
+__all__ = [
+    "decode_jpeg_reduced",
+    "RAW_DTYPES",
+    "DecodeLimits",
+    "check_payload",
+    "decode_image",
+    "encoded_size",
+]
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JPEG_SOI = b"\xff\xd8"
@@ -108,6 +115,47 @@ def decode_image(
     if encoding == "raw":
         return _decode_raw(data, fields)
     return _to_bgr8(_imdecode(data, encoding), limits)
+
+
+_REDUCED = (
+    (8, cv2.IMREAD_REDUCED_COLOR_8),
+    (4, cv2.IMREAD_REDUCED_COLOR_4),
+    (2, cv2.IMREAD_REDUCED_COLOR_2),
+)
+
+
+def decode_jpeg_reduced(
+    payload: bytes | memoryview,
+    fields: Mapping[str, Any],
+    limits: DecodeLimits,
+    min_size: tuple[int, int],
+) -> tuple[np.ndarray, int, tuple[int, int]]:
+    """Decode a JPEG at 1/2, 1/4 or 1/8 of its size when it still covers ``min_size``.
+
+    libjpeg scales while it decodes (OpenCV's ``IMREAD_REDUCED_COLOR_*``), so a 1280x720
+    camera frame for a 128x128 model costs a fraction of a full decode.
+
+    Args:
+        payload: the JPEG bytes.
+        fields, limits: as for :func:`decode_image` (the full size is checked).
+        min_size: (height, width) in pixels the decoded image must still cover.
+
+    Returns:
+        The BGR uint8 (H', W', 3) image, the reduction factor k (1, 2, 4 or 8: the full image
+        is about k times larger on each axis, H' = ceil(H / k)), and the full (W, H), pixels.
+
+    Raises:
+        FrameError: as :func:`decode_image`.
+    """
+    width, height = check_payload("jpeg", payload, fields, limits)
+    for factor, flag in _REDUCED:
+        if width // factor >= min_size[1] and height // factor >= min_size[0]:
+            data = np.frombuffer(_bytes_view(payload), np.uint8)
+            image = cv2.imdecode(data, flag | cv2.IMREAD_IGNORE_ORIENTATION)
+            if image is None:
+                raise _corrupt("OpenCV cannot decode the jpeg payload (corrupt or truncated)")
+            return image, factor, (width, height)
+    return decode_image("jpeg", payload, fields, limits), 1, (width, height)
 
 
 def check_payload(

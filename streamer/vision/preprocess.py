@@ -94,6 +94,20 @@ class LetterboxTransform:
     def resized_height(self) -> int:
         return _resized(self.image_height, self.scale, self.input_height)
 
+    def enlarged(self, factor: int, image_width: int, image_height: int) -> LetterboxTransform:
+        """The same placement for an image ``factor`` times larger (``image_width`` ×
+        ``image_height`` pixels) than the one letterboxed, so coordinates map to full-frame
+        pixels after a reduced-size decode (off by less than ``factor`` / 2 pixels)."""
+        return LetterboxTransform(
+            self.scale / factor,
+            self.pad_x,
+            self.pad_y,
+            self.input_width,
+            self.input_height,
+            image_width,
+            image_height,
+        )
+
     def to_image(self, xy: np.ndarray) -> np.ndarray:
         """Map model-input pixel coordinates to image pixels.
 
