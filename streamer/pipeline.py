@@ -46,6 +46,7 @@ from streamer.scheduling.replica import Dispatcher, Replica, every_replica_faile
 from streamer.scheduling.sources import SourceTracker
 from streamer.scheduling.swap import StageSwap
 from streamer.transport.egress import Egress
+from streamer.transport.endpoints import check_endpoints
 from streamer.transport.ingress import Ingress, widest_limits
 from streamer.transport.security import CurveAuthenticator, start_authenticator
 from streamer.vision.decode import DecodeLimits, decode_image, decode_jpeg_reduced
@@ -301,6 +302,7 @@ class Pipeline:
         Raises:
             ConfigError, ModelError, BackendError: what was loaded is released first.
         """
+        check_endpoints(config.ingress, config.egress)
         backend = open_backend(config.runtime)
         try:
             stages = _load_chain(backend, config)

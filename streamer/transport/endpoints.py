@@ -8,13 +8,22 @@ may be given several URIs of the same type (a SUB that connects to every imagezm
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
 from streamer.errors import ConfigError
 
-__all__ = ["EGRESS_TYPES", "INGRESS_TYPES", "Endpoint", "parse_endpoint", "parse_endpoints"]
+__all__ = [
+    "EGRESS_TYPES",
+    "INGRESS_TYPES",
+    "Endpoint",
+    "check_endpoints",
+    "parse_endpoint",
+    "parse_endpoints",
+]
 
 INGRESS_TYPES = ("pull", "sub", "rep", "router")
 EGRESS_TYPES = ("pub", "push")
@@ -71,13 +80,42 @@ def parse_endpoint(uri: str, allowed: tuple[str, ...], where: str) -> Endpoint:
     """
     match = _URI.match(uri)
     if match is None:
-        raise ConfigError(
-            f"{where}: {uri!r} is not '<type>+<bind|connect>:<tcp|ipc>://<address>'"
-        )
+        raise ConfigError(f"{where}: {uri!r} is not '<type>+<bind|connect>:<tcp|ipc>://<address>'")
     kind = match["type"]
     if kind not in allowed:
         raise ConfigError(f"{where}: socket type {kind!r} not allowed here; use {list(allowed)}")
+    _check_port(match["address"], where)
     return Endpoint(kind, match["mode"] == "bind", match["address"])
+
+
+def _check_port(address: str, where: str) -> None:
+    """A tcp address needs a port in 1..65535 (or ``*`` to bind any): libzmq would take
+    99999 modulo 65536 and bind another port without a word.
+
+    Raises:
+        ConfigError: a tcp address without a valid port.
+    """
+    if not address.startswith("tcp://"):
+        return
+    port = address.rpartition(":")[2]
+    if port == "*" or (port.isdigit() and 1 <= int(port) <= 65535):
+        return
+    raise ConfigError(f"{where}: {address!r} needs a tcp port in 1..65535 (or *)")
+
+
+def check_endpoints(ingress: Sequence[Any], egress: Sequence[Any]) -> None:
+    """Parse every configured URI, so a bad one is a config error before anything starts.
+
+    Args:
+        ingress, egress: the ``[[ingress]]`` and ``[[egress]]`` configs (``uri``, ``name``).
+
+    Raises:
+        ConfigError: a malformed URI, a socket type not allowed there, or a bad tcp port.
+    """
+    for config in ingress:
+        parse_endpoints(config.uri, INGRESS_TYPES, f"ingress {config.name}")
+    for config in egress:
+        parse_endpoint(config.uri, EGRESS_TYPES, f"egress {config.name}")
 
 
 def parse_endpoints(

@@ -49,6 +49,8 @@ PROTOCOL_VERSION = 1
 ENCODINGS = ("jpeg", "png", "raw")
 COLORS = ("bgr", "rgb", "gray")
 MAX_HEADER_BYTES = 64 * 1024
+MAX_SEQ = 2**53 - 1
+"""The largest ``seq``: every JSON consumer (JavaScript's doubles included) reads it exactly."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,14 +107,16 @@ def parse_header(raw: bytes | memoryview) -> Header:
     obj = load_json(bytes(raw), "header")
     if not isinstance(obj, dict):
         raise _bad("header is not a JSON object")
-    if obj.get("v") != PROTOCOL_VERSION:
+    if type(obj.get("v")) is not int or obj.get("v") != PROTOCOL_VERSION:
         raise _bad(f"unsupported protocol version {obj.get('v')!r}, expected 1")
     source, seq = obj.get("source"), obj.get("seq")
     if not isinstance(source, str) or not source:
         raise _bad("`source` must be a non-empty string")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        raise _bad("`seq` must be a non-negative integer")
-    eos = obj.get("eos", False) is True
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_SEQ:
+        raise _bad(f"`seq` must be an integer in 0..{MAX_SEQ}")
+    eos = obj.get("eos", False)
+    if not isinstance(eos, bool):
+        raise _bad("`eos` must be true or false")
     encoding = obj.get("encoding", "")
     if not eos and encoding not in ENCODINGS:
         raise _bad(f"`encoding` must be one of {list(ENCODINGS)}, got {encoding!r}")

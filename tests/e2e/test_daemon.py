@@ -169,6 +169,8 @@ def test_check_rejects_bad_configs(tmp_path: Path) -> None:
         ),
         "kind.toml": (default.replace('kind = "blazeface"', 'kind = "yolo"'), "known: blazeface"),
         "param.toml": (default.replace("iou_threshold", "iou"), "iou"),
+        "uri.toml": (default.replace("pull+bind:", "pul+bind:"), "socket type 'pul'"),
+        "port.toml": (default.replace("127.0.0.1:5555", "127.0.0.1:99999"), "tcp port"),
     }
     for name, (text, message) in cases.items():
         path = tmp_path / name

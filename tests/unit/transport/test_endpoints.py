@@ -12,7 +12,11 @@ from streamer.transport.endpoints import (
 
 def test_parse_bind_and_connect() -> None:
     endpoint = parse_endpoint("pull+bind:tcp://127.0.0.1:5555", INGRESS_TYPES, "ingress[0].uri")
-    assert (endpoint.kind, endpoint.bind, endpoint.address) == ("pull", True, "tcp://127.0.0.1:5555")
+    assert (endpoint.kind, endpoint.bind, endpoint.address) == (
+        "pull",
+        True,
+        "tcp://127.0.0.1:5555",
+    )
     assert endpoint.socket_type == zmq.PULL
     assert str(endpoint) == "pull+bind:tcp://127.0.0.1:5555"
     endpoint = parse_endpoint("pub+connect:ipc:///tmp/results", EGRESS_TYPES, "egress[0].uri")
@@ -20,7 +24,8 @@ def test_parse_bind_and_connect() -> None:
 
 
 @pytest.mark.parametrize(
-    "uri", ["tcp://127.0.0.1:5555", "pull:tcp://x:1", "pull+listen:tcp://x:1", "pull+bind:udp://x:1"]
+    "uri",
+    ["tcp://127.0.0.1:5555", "pull:tcp://x:1", "pull+listen:tcp://x:1", "pull+bind:udp://x:1"],
 )
 def test_malformed(uri: str) -> None:
     with pytest.raises(ConfigError, match=r"ingress\[0\].uri"):
@@ -56,3 +61,18 @@ def test_one_socket_may_have_several_uris() -> None:
 def test_several_uris_must_share_a_type(uris: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigError, match=f"ingress cams: .*{message}"):
         parse_endpoints(uris, INGRESS_TYPES, "ingress cams")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "pull+bind:tcp://127.0.0.1:99999",
+        "pull+bind:tcp://127.0.0.1:0",
+        "pull+bind:tcp://127.0.0.1:x",
+    ],
+)
+def test_tcp_ports_out_of_range_are_config_errors(uri: str) -> None:
+    """libzmq would bind 99999 modulo 65536, another port, without a word."""
+    with pytest.raises(ConfigError, match="tcp port in 1..65535"):
+        parse_endpoint(uri, INGRESS_TYPES, "ingress[0].uri")
+    assert parse_endpoint("pull+bind:tcp://127.0.0.1:*", INGRESS_TYPES, "x").address.endswith("*")

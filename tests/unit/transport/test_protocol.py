@@ -132,3 +132,18 @@ def test_ack_says_what_the_ingress_decided() -> None:
     ack = json.loads(encode_ack(bad))
     assert ack["ok"] is False and ack["reason"] == "bad_header" and ack["detail"]
     assert (ack["source"], ack["seq"]) == ("", -1)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"v": true, "source": "a", "seq": 0, "encoding": "jpeg"}',
+        b'{"v": 1.0, "source": "a", "seq": 0, "encoding": "jpeg"}',
+        b'{"v": 1, "source": "a", "seq": 9007199254740992, "encoding": "jpeg"}',
+        b'{"v": 1, "source": "a", "seq": 0, "eos": "yes"}',
+    ],
+)
+def test_strict_types_for_version_seq_and_eos(raw: bytes) -> None:
+    with pytest.raises(FrameError) as info:
+        parse_header(raw)
+    assert info.value.reason == Reason.BAD_HEADER
