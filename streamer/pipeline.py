@@ -29,6 +29,7 @@ import numpy as np
 import structlog
 import zmq
 
+from streamer.assets import ASSETS
 from streamer.config import Config, ModelConfig
 from streamer.errors import BackendError, ConfigError, FrameError, Reason, StreamerError
 from streamer.frames import STOP, Frame, OutcomeCounts
@@ -100,9 +101,25 @@ class ModelStage:
         return StageSwap([m for _, m in self.models], self.policy, self.postprocess_batch)
 
 
+def _check_asset(model: ModelConfig, config: Config, where: str) -> None:
+    """A named ``asset`` must be a model of the catalog, fetched.
+
+    Raises:
+        ConfigError: an unknown asset (the message lists the known ones), or one not fetched.
+    """
+    if model.asset is None:
+        return
+    known = sorted(a.name for a in ASSETS if a.kind != "media")
+    if model.asset not in known:
+        raise ConfigError(f"{where}.asset: unknown {model.asset!r}; known: {', '.join(known)}")
+    if not config.model_path(model).exists():
+        raise ConfigError(f"{where}.asset: {model.asset!r} is not fetched: streamer models fetch")
+
+
 def _load_replicas(backend: Backend, config: Config, index: int) -> list[tuple[int, QueueModel]]:
     """Load model ``index`` ``replicas`` times on every device; all or nothing."""
     model_config = config.models[index]
+    _check_asset(model_config, config, f"models[{index}]")
     loaded: list[tuple[int, QueueModel]] = []
     try:
         for device in config.runtime.devices:

@@ -171,6 +171,10 @@ def test_check_rejects_bad_configs(tmp_path: Path) -> None:
         "param.toml": (default.replace("iou_threshold", "iou"), "iou"),
         "uri.toml": (default.replace("pull+bind:", "pul+bind:"), "socket type 'pul'"),
         "port.toml": (default.replace("127.0.0.1:5555", "127.0.0.1:99999"), "tcp port"),
+        "asset.toml": (
+            default.replace('"blazeface_short_range"', '"blazeface_shortrange"'),
+            "unknown 'blazeface_shortrange'",
+        ),
     }
     for name, (text, message) in cases.items():
         path = tmp_path / name
