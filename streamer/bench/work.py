@@ -12,13 +12,13 @@ work included).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Protocol
 
 import numpy as np
 
 from streamer.config import Config
 from streamer.errors import BackendError, ConfigError
+from streamer.lifecycle import Closing
 from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel, open_backend
 from streamer.runtime.onnx import open_session, session_model_info
 from streamer.transport.ingress import widest_limits
@@ -76,7 +76,7 @@ class _QueueRunner:
         self._model.close()
 
 
-class FrameWork:
+class FrameWork(Closing):
     """Decode, preprocess, infer and postprocess as the daemon configured by ``config`` does.
 
     Not thread-safe: one thread calls every method. Close it (or use it as a context
@@ -164,14 +164,3 @@ class FrameWork:
         self._runner.close()
         if self._backend is not None:
             self._backend.close()
-
-    def __enter__(self) -> FrameWork:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
