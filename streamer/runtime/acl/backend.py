@@ -36,7 +36,7 @@ from streamer.runtime.acl.device import AclRuntime, DeviceContext
 from streamer.runtime.acl.errors import AclError
 from streamer.runtime.acl.loaded import LoadedModel, load_model, load_plain
 from streamer.runtime.acl.model_async import AsyncModel
-from streamer.runtime.acl.model_base import AclModel
+from streamer.runtime.acl.model_base import AclModel, ModelParts
 from streamer.runtime.acl.model_queue import QueueModeModel
 from streamer.runtime.acl.model_sync import SyncModel
 from streamer.runtime.acl.options import (
@@ -244,17 +244,8 @@ class AclBackend(Backend):
                     lambda: self._withq.load(str(spec.path), *queues),
                     teardown,
                 )
-                return QueueModeModel(
-                    self._acl,
-                    device,
-                    loaded,
-                    options,
-                    teardown,
-                    self._forget,
-                    spec.max_in_flight,
-                    tdt,
-                    queues,
-                )
+                parts = ModelParts(self._acl, device, loaded, options, teardown, self._forget)
+                return QueueModeModel(parts, spec.max_in_flight, tdt, queues)
         except AclError as exc:
             if exc.code not in _UNSUPPORTED:
                 raise
@@ -276,7 +267,8 @@ class AclBackend(Backend):
         teardown: Teardown,
     ) -> AclModel:
         kind: Callable[..., AclModel] = AsyncModel if mode == "async" else SyncModel
-        return kind(self._acl, device, loaded, options, teardown, self._forget, spec.max_in_flight)
+        parts = ModelParts(self._acl, device, loaded, options, teardown, self._forget)
+        return kind(parts, spec.max_in_flight)
 
     def _register(self, model: AclModel) -> AclModel:
         with self._lock:

@@ -20,21 +20,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import structlog
 
 from streamer.errors import BackendError
 from streamer.runtime.acl.constants import AclCode, CallbackBlock
-from streamer.runtime.acl.device import DeviceContext
 from streamer.runtime.acl.errors import AclError, check_ret, code_name
-from streamer.runtime.acl.loaded import LoadedModel
-from streamer.runtime.acl.model_base import AclModel, inference_error
+from streamer.runtime.acl.model_base import ModelParts, inference_error
 from streamer.runtime.acl.model_dataset import Batch, DatasetModel
-from streamer.runtime.acl.options import ModelOptions
 from streamer.runtime.acl.report import ReportThread
-from streamer.runtime.acl.teardown import Teardown
 
 __all__ = ["AsyncModel"]
 
@@ -45,8 +40,7 @@ class AsyncModel(DatasetModel):
     """Submits with ``execute_async``; a callback thread reports finished batches.
 
     Args:
-        acl, device, loaded, options, teardown, on_close, max_in_flight: as
-            :class:`~streamer.runtime.acl.model_dataset.DatasetModel`.
+        parts, max_in_flight: as :class:`~streamer.runtime.acl.model_dataset.DatasetModel`.
 
     Raises:
         AclError: the stream or the callback thread could not be set up.
@@ -54,17 +48,9 @@ class AsyncModel(DatasetModel):
 
     mode = "async"
 
-    def __init__(
-        self,
-        acl: Any,
-        device: DeviceContext,
-        loaded: LoadedModel,
-        options: ModelOptions,
-        teardown: Teardown,
-        on_close: Callable[[AclModel], None],
-        max_in_flight: int,
-    ) -> None:
-        super().__init__(acl, device, loaded, options, teardown, on_close, max_in_flight)
+    def __init__(self, parts: ModelParts, max_in_flight: int) -> None:
+        super().__init__(parts, max_in_flight)
+        acl, device, options, teardown = parts.acl, parts.device, parts.options, parts.teardown
         self._stream = device.take_stream(teardown)
         self._report = ReportThread(
             acl,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from streamer.runtime.acl.options import ModelOptions
 from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.base import DYNAMIC, ModelInfo, QueueModel
 
-__all__ = ["AclModel", "batch_problem", "inference_error"]
+__all__ = ["ModelParts", "AclModel", "batch_problem", "inference_error"]
 
 _log = structlog.get_logger(__name__)
 
@@ -59,36 +60,44 @@ def batch_problem(info: ModelInfo, inputs: Sequence[np.ndarray]) -> str | None:
     return None
 
 
-class AclModel(QueueModel):
-    """Base of the queue, async and sync executors.
+@dataclass(frozen=True)
+class ModelParts:
+    """What every executor is built from.
 
-    Args:
+    Attributes:
         acl: the pyACL module.
         device: the device the model was loaded on.
         loaded: model id and description.
         options: per-model options.
-        teardown: every release acquired while loading; :meth:`close` runs it.
+        teardown: every release acquired while loading; :meth:`AclModel.close` runs it.
         on_close: called once when the model is closed (the backend forgets it).
+    """
+
+    acl: Any
+    device: DeviceContext
+    loaded: LoadedModel
+    options: ModelOptions
+    teardown: Teardown
+    on_close: Callable[[AclModel], None]
+
+
+class AclModel(QueueModel):
+    """Base of the queue, async and sync executors.
+
+    Args:
+        parts: the pyACL module, device, loaded model, options, teardown and close hook.
     """
 
     mode: str
 
-    def __init__(
-        self,
-        acl: Any,
-        device: DeviceContext,
-        loaded: LoadedModel,
-        options: ModelOptions,
-        teardown: Teardown,
-        on_close: Callable[[AclModel], None],
-    ) -> None:
-        self.info = loaded.description.info
-        self._acl = acl
-        self._device = device
-        self._loaded = loaded
-        self._options = options
-        self._teardown = teardown
-        self._on_close = on_close
+    def __init__(self, parts: ModelParts) -> None:
+        self.info = parts.loaded.description.info
+        self._acl = parts.acl
+        self._device = parts.device
+        self._loaded = parts.loaded
+        self._options = parts.options
+        self._teardown = parts.teardown
+        self._on_close = parts.on_close
         self._closed = threading.Event()
         self._close_lock = threading.Lock()
 

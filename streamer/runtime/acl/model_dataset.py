@@ -21,9 +21,8 @@ import abc
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -31,11 +30,8 @@ from streamer.errors import FrameError
 from streamer.runtime.acl.allocators import DeviceAllocator, HostAllocator
 from streamer.runtime.acl.constants import RunMode
 from streamer.runtime.acl.dataset import create_dataset
-from streamer.runtime.acl.device import DeviceContext
 from streamer.runtime.acl.gears import current_output_shapes, set_gear
-from streamer.runtime.acl.loaded import LoadedModel
-from streamer.runtime.acl.model_base import AclModel, batch_problem, inference_error
-from streamer.runtime.acl.options import ModelOptions
+from streamer.runtime.acl.model_base import AclModel, ModelParts, batch_problem, inference_error
 from streamer.runtime.acl.pool import MemoryPool, Segment, footprint
 from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.acl.transfer import Transfer
@@ -86,22 +82,14 @@ class DatasetModel(AclModel):
     """Datasets per batch over pool segments; subclasses submit the execution.
 
     Args:
-        acl, device, loaded, options, teardown, on_close: as :class:`AclModel`.
+        parts: as :class:`AclModel`.
         max_in_flight: batches enqueued and not dequeued; the pool holds exactly this many.
     """
 
-    def __init__(
-        self,
-        acl: Any,
-        device: DeviceContext,
-        loaded: LoadedModel,
-        options: ModelOptions,
-        teardown: Teardown,
-        on_close: Callable[[AclModel], None],
-        max_in_flight: int,
-    ) -> None:
-        super().__init__(acl, device, loaded, options, teardown, on_close)
-        description = loaded.description
+    def __init__(self, parts: ModelParts, max_in_flight: int) -> None:
+        super().__init__(parts)
+        acl, device, teardown = parts.acl, parts.device, parts.teardown
+        description = parts.loaded.description
         self._n_inputs = len(description.input_sizes)
         self._sizes = [*description.input_sizes, *description.output_sizes]
         self._pool = MemoryPool(DeviceAllocator(acl), footprint(self._sizes), max_in_flight)

@@ -20,23 +20,18 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from streamer.errors import BackendError, FrameError
 from streamer.runtime.acl.allocators import readable_allocator
 from streamer.runtime.acl.constants import RunMode
-from streamer.runtime.acl.device import DeviceContext
 from streamer.runtime.acl.errors import QUEUE_WAIT_CODES, check_ret
-from streamer.runtime.acl.loaded import LoadedModel
-from streamer.runtime.acl.model_base import AclModel, batch_problem, inference_error
-from streamer.runtime.acl.options import ModelOptions
+from streamer.runtime.acl.model_base import AclModel, ModelParts, batch_problem, inference_error
 from streamer.runtime.acl.pool import MemoryPool, footprint
 from streamer.runtime.acl.tdt import TdtQueueApi
-from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.acl.transfer import to_array
 from streamer.runtime.base import InferenceOutputs
 
@@ -57,7 +52,7 @@ class QueueModeModel(AclModel):
     """Feeds and drains a queue-bound model.
 
     Args:
-        acl, device, loaded, options, teardown, on_close: as :class:`AclModel`.
+        parts: as :class:`AclModel`.
         max_in_flight: batches enqueued and not dequeued (enqueue blocks beyond).
         tdt: the queue API.
         queues: ``(input queue ids, output queue ids)`` the model is bound to.
@@ -70,17 +65,13 @@ class QueueModeModel(AclModel):
 
     def __init__(
         self,
-        acl: Any,
-        device: DeviceContext,
-        loaded: LoadedModel,
-        options: ModelOptions,
-        teardown: Teardown,
-        on_close: Callable[[AclModel], None],
+        parts: ModelParts,
         max_in_flight: int,
         tdt: TdtQueueApi,
         queues: tuple[Sequence[int], Sequence[int]],
     ) -> None:
-        super().__init__(acl, device, loaded, options, teardown, on_close)
+        super().__init__(parts)
+        acl, device, loaded, teardown = parts.acl, parts.device, parts.loaded, parts.teardown
         self._tdt = tdt
         self._inputs, self._outputs = queues
         sizes = loaded.description.output_sizes
