@@ -54,6 +54,7 @@ from streamer.vision.decode import DecodeLimits, decode_image, decode_jpeg_reduc
 from streamer.vision.postprocess import Postprocessor
 from streamer.vision.preprocess import Letterbox, Preprocessor
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
+from streamer.vision.threads import single_threaded_opencv
 from streamer.vision.stages import ITEM_STAGES, ItemStage
 
 __all__ = ["ModelStage", "Pipeline"]
@@ -351,6 +352,7 @@ class Pipeline:
             self._context, [*self.config.ingress, *self.config.egress]
         )
         workers = self.config.daemon.decode_workers or os.cpu_count() or 1
+        single_threaded_opencv()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="prepare")
         self._workers = self._build_workers(self._context)
         self._ingresses = [

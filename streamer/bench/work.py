@@ -25,6 +25,7 @@ from streamer.transport.ingress import widest_limits
 from streamer.vision.decode import decode_image
 from streamer.vision.postprocess import Postprocessor
 from streamer.vision.preprocess import LetterboxTransform, Preprocessor
+from streamer.vision.threads import single_threaded_opencv
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
 
 __all__ = ["FrameWork"]
@@ -102,6 +103,7 @@ class FrameWork(Closing):
             batch_gears=model.batch.gears,
             preprocess=model.preprocess,
         )
+        single_threaded_opencv()  # as the daemon runs it
         self._limits = widest_limits(config.ingress)
         self._backend: Backend | None = None
         self._closed = False

@@ -193,8 +193,8 @@ class LetterboxParams(PluginParams):
 class Letterbox:
     """The ``letterbox`` preprocessor for the model described by ``info``.
 
-    Resizing uses ``cv2.INTER_AREA`` when shrinking (no aliasing) and ``cv2.INTER_LINEAR``
-    when enlarging. Normalisation ``(x / 255 - mean) / std`` and the BGR → RGB swap and
+    Resizing uses ``cv2.INTER_AREA`` when shrinking below half size (no aliasing) and
+    ``cv2.INTER_LINEAR`` otherwise (:data:`AREA_BELOW_SCALE`). Normalisation ``(x / 255 - mean) / std`` and the BGR → RGB swap and
     HWC → CHW transpose are fused into one table lookup per channel (``np.take`` with a
     256-entry table in the model's dtype), written straight into the output tensor; the
     borders are filled with the normalised ``pad_value``.
@@ -294,12 +294,19 @@ def _tables(mean: np.ndarray, std: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.ascontiguousarray(((levels - mean) / std).T.astype(dtype))
 
 
+AREA_BELOW_SCALE = 0.5
+"""Shrinking below this scale averages (``INTER_AREA``); milder shrinking and enlarging
+interpolate (``INTER_LINEAR``). At a scale >= 0.5 bilinear sampling still reads every
+source pixel, so it does not alias, and it costs a fifth of ``INTER_AREA`` at a non-integer
+scale (176x144 → 128x105: 0.03 vs 0.17 ms of CPU)."""
+
+
 def _resize(image: np.ndarray, transform: LetterboxTransform) -> np.ndarray:
     """Resize ``image`` to the transform's resized size (no-op when already that size)."""
     size = (transform.resized_width, transform.resized_height)
     if (image.shape[1], image.shape[0]) == size:
         return image
-    interpolation = cv2.INTER_AREA if transform.scale < 1 else cv2.INTER_LINEAR
+    interpolation = cv2.INTER_AREA if transform.scale < AREA_BELOW_SCALE else cv2.INTER_LINEAR
     return cv2.resize(image, size, interpolation=interpolation)
 
 

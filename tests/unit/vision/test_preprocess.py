@@ -35,7 +35,7 @@ def _reference_at(image: np.ndarray, height: int, width: int) -> np.ndarray:
     h, w = image.shape[:2]
     scale = min(width / w, height / h)
     nw, nh = round(w * scale), round(h * scale)
-    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
+    interpolation = cv2.INTER_AREA if scale < 0.5 else cv2.INTER_LINEAR  # AREA_BELOW_SCALE
     resized = cv2.resize(image, (nw, nh), interpolation=interpolation)
     top, left = (height - nh) // 2, (width - nw) // 2
     padded = cv2.copyMakeBorder(
