@@ -68,7 +68,14 @@ class AdmissionQueue:
         self._items: collections.deque[Any] = collections.deque()
         self._frames = 0
         self._newest: dict[str, Frame] = {}
-        self._cond = threading.Condition()
+        # Two conditions on one lock, so a pop wakes only a blocked ingress and an append only
+        # the batcher; a blocked ingress resumes once a quarter of the queue is free, not at
+        # every pop, so a full queue does not cost two thread switches per frame.
+        lock = threading.Lock()
+        self._not_empty = threading.Condition(lock)
+        self._not_full = threading.Condition(lock)
+        self._resume_at = capacity - max(1, capacity // 4)
+        self._blocked = 0
 
     def offer(self, item: Frame | EndOfStream, policy: FullPolicy) -> None:
         """Admit one received item under ``policy`` (see the module docstring)."""
@@ -81,7 +88,7 @@ class AdmissionQueue:
             return
         if item.error is None:
             item.pending = self._prepare(item)
-        with self._cond:
+        with self._not_full:
             if policy == "block" and not self._wait_for_room():
                 self._drop(item, Reason.SHUTDOWN)
                 return
@@ -93,9 +100,9 @@ class AdmissionQueue:
 
     def put_marker(self, item: Any) -> None:
         """Queue a marker (end-of-stream, stop, swap) behind everything already queued."""
-        with self._cond:
+        with self._not_empty:
             self._items.append(item)
-            self._cond.notify()
+            self._not_empty.notify()
 
     def get(self, timeout: float | None = None) -> Any:
         """The oldest item, waiting up to ``timeout`` s.
@@ -104,12 +111,12 @@ class AdmissionQueue:
             queue.Empty: nothing arrived in time.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
+        with self._not_empty:
             while not self._items:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise queue.Empty
-                self._cond.wait(left)
+                self._not_empty.wait(left)
             return self._pop()
 
     def get_nowait(self) -> Any:
@@ -118,7 +125,7 @@ class AdmissionQueue:
         Raises:
             queue.Empty: nothing is queued.
         """
-        with self._cond:
+        with self._not_empty:
             if not self._items:
                 raise queue.Empty
             return self._pop()
@@ -128,17 +135,23 @@ class AdmissionQueue:
         return self._frames
 
     def _wait_for_room(self) -> bool:
-        while self._frames >= self._capacity:
-            if self._abort.is_set():
-                return False
-            self._cond.wait(_POLL_S)
+        if self._frames < self._capacity:
+            return True
+        self._blocked += 1
+        try:
+            while self._frames > self._resume_at:
+                if self._abort.is_set():
+                    return False
+                self._not_full.wait(_POLL_S)
+        finally:
+            self._blocked -= 1
         return True
 
     def _append(self, frame: Frame) -> None:
         self._items.append(frame)
         self._frames += 1
         self._newest[frame.source] = frame
-        self._cond.notify_all()
+        self._not_empty.notify()
 
     def _pop(self) -> Any:
         item = self._items.popleft()
@@ -146,7 +159,8 @@ class AdmissionQueue:
             self._frames -= 1
             if self._newest.get(item.source) is item:
                 del self._newest[item.source]
-            self._cond.notify_all()
+            if self._blocked and self._frames <= self._resume_at:
+                self._not_full.notify_all()
         return item
 
     def _supersede(self, frame: Frame) -> None:

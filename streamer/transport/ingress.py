@@ -50,6 +50,7 @@ from streamer.vision.decode import DecodeLimits, check_payload
 __all__ = ["Ingress", "widest_limits"]
 
 _POLL_MS = 100
+_BURST = 64  # messages taken per poll at most
 _REPLY_LINGER_MS = 500  # at close, replies still queued get this long to leave
 _log = structlog.get_logger(__name__)
 
@@ -177,10 +178,22 @@ class Ingress(Worker):
             if self._monitor is not None and self._monitor.socket in ready:
                 self._monitor.drain()
             if self._socket in ready:
-                self._receive(self._socket)
+                self._receive_burst(self._socket)
 
-    def _receive(self, socket: zmq.Socket[bytes]) -> None:
-        parts = [part.buffer for part in socket.recv_multipart(copy=False)]
+    def _receive_burst(self, socket: zmq.Socket[bytes]) -> None:
+        """Take the messages already queued on the socket, up to a burst, without polling
+        between them (one poll per message costs as much as the message under load)."""
+        for _ in range(_BURST):
+            try:
+                message = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._receive(socket, message)
+            if self._stopping.is_set() or self._abort.is_set():
+                return
+
+    def _receive(self, socket: zmq.Socket[bytes], message: list[zmq.Frame]) -> None:
+        parts = [part.buffer for part in message]
         envelope, body = self._split(parts)
         if body is None:
             return
