@@ -54,8 +54,8 @@ from streamer.vision.decode import DecodeLimits, decode_image, decode_jpeg_reduc
 from streamer.vision.postprocess import Postprocessor
 from streamer.vision.preprocess import Letterbox, Preprocessor
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
-from streamer.vision.threads import single_threaded_opencv
 from streamer.vision.stages import ITEM_STAGES, ItemStage
+from streamer.vision.threads import single_threaded_opencv
 
 __all__ = ["ModelStage", "Pipeline"]
 

@@ -25,8 +25,8 @@ from streamer.transport.ingress import widest_limits
 from streamer.vision.decode import decode_image
 from streamer.vision.postprocess import Postprocessor
 from streamer.vision.preprocess import LetterboxTransform, Preprocessor
-from streamer.vision.threads import single_threaded_opencv
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
+from streamer.vision.threads import single_threaded_opencv
 
 __all__ = ["FrameWork"]
 

@@ -194,10 +194,11 @@ class Letterbox:
     """The ``letterbox`` preprocessor for the model described by ``info``.
 
     Resizing uses ``cv2.INTER_AREA`` when shrinking below half size (no aliasing) and
-    ``cv2.INTER_LINEAR`` otherwise (:data:`AREA_BELOW_SCALE`). Normalisation ``(x / 255 - mean) / std`` and the BGR → RGB swap and
-    HWC → CHW transpose are fused into one table lookup per channel (``np.take`` with a
-    256-entry table in the model's dtype), written straight into the output tensor; the
-    borders are filled with the normalised ``pad_value``.
+    ``cv2.INTER_LINEAR`` otherwise (:data:`AREA_BELOW_SCALE`). Normalisation
+    ``(x / 255 - mean) / std`` and the BGR → RGB swap and HWC → CHW transpose are fused
+    into one table lookup per channel (``np.take`` with a 256-entry table in the model's
+    dtype), written straight into the output tensor; the borders are filled with the
+    normalised ``pad_value``.
 
     **Resolution gears** (ACL's 档位 for ``--dynamic_image_size`` / ``--dynamic_dims``, seeds
     "动态Batch/动态分辨率/动态维度"; ``acl.mdl.set_dynamic_hw_size`` accepts only those sizes,
