@@ -131,14 +131,15 @@ def decode_boxes(regressors: np.ndarray, anchors: np.ndarray) -> tuple[np.ndarra
     return boxes.astype(np.float32, copy=False), keypoints.astype(np.float32, copy=False)
 
 
-def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """IoU of one (4,) box with (M, 4) boxes, corners; 0 where they do not intersect."""
-    lo = np.maximum(box[:2], boxes[:, :2])
-    hi = np.minimum(box[2:], boxes[:, 2:])
-    inter = np.prod(np.clip(hi - lo, 0, None), axis=1)
-    area = np.prod(box[2:] - box[:2])
-    areas = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
-    union = area + areas - inter
+def _iou_matrix(boxes: np.ndarray) -> np.ndarray:
+    """IoU of every pair of (M, 4) corner boxes: (M, M); 0 where they do not intersect."""
+    lo = np.maximum(boxes[:, None, :2], boxes[None, :, :2])
+    hi = np.minimum(boxes[:, None, 2:], boxes[None, :, 2:])
+    wh = np.clip(hi - lo, 0, None)
+    inter = wh[..., 0] * wh[..., 1]
+    sides = boxes[:, 2:] - boxes[:, :2]
+    areas = sides[:, 0] * sides[:, 1]
+    union = areas[:, None] + areas[None, :] - inter
     iou: np.ndarray = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
     return iou
 
@@ -162,24 +163,34 @@ def weighted_nms(
         score-weighted mean box and keypoints, with the best member's score.
     """
     order = np.argsort(-scores, kind="stable")
-    boxes, keypoints, scores = boxes[order], keypoints[order], scores[order]
-    out_boxes: list[np.ndarray] = []
-    out_points: list[np.ndarray] = []
-    out_scores: list[float] = []
-    while len(scores) and len(out_scores) < max_detections:
-        members = _iou(boxes[0], boxes) > iou_threshold
-        members[0] = True  # a degenerate (empty) box still forms its own cluster
-        weights = scores[members] / scores[members].sum()
-        out_boxes.append(weights @ boxes[members])
-        out_points.append(np.tensordot(weights, keypoints[members], axes=1))
-        out_scores.append(scores[0])
-        keep = ~members
-        boxes, keypoints, scores = boxes[keep], keypoints[keep], scores[keep]
+    boxes, scores = boxes[order], scores[order]
     k = keypoints.shape[1]
+    points = keypoints[order].reshape(len(order), 2 * k)
+    overlaps = _iou_matrix(boxes) > iou_threshold
+    remaining = np.ones(len(scores), bool)
+    clusters: list[np.ndarray] = []
+    for best in range(len(scores)):
+        if len(clusters) == max_detections:
+            break
+        if not remaining[best]:
+            continue
+        members = overlaps[best] & remaining
+        members[best] = True  # a degenerate (empty) box still forms its own cluster
+        remaining &= ~members
+        clusters.append(members)
+    if not clusters:
+        return (
+            np.zeros((0, 4), np.float32),
+            np.zeros((0, k, 2), np.float32),
+            np.zeros(0, np.float32),
+        )
+    membership = np.array(clusters, np.float64) * scores
+    weights = membership / membership.sum(axis=1, keepdims=True)
+    firsts = np.argmax(np.array(clusters), axis=1)
     return (
-        np.array(out_boxes, np.float32).reshape(-1, 4),
-        np.array(out_points, np.float32).reshape(-1, k, 2),
-        np.array(out_scores, np.float32),
+        (weights @ boxes).astype(np.float32),
+        (weights @ points).astype(np.float32).reshape(-1, k, 2),
+        scores[firsts].astype(np.float32),
     )
 
 
@@ -296,23 +307,14 @@ def _to_image(
     dicts in image pixels, clipped to the image; boxes left empty by clipping are dropped."""
     size = np.array([transform.image_width, transform.image_height], np.float64)
     corners = np.clip(transform.to_image(boxes.reshape(-1, 2, 2)), 0, size)
-    points = np.clip(transform.to_image(points), 0, size)
-    detections = []
-    for (x1, y1), (x2, y2), pts, score in zip(
-        corners[:, 0], corners[:, 1], points, scores, strict=True
-    ):
-        if x2 <= x1 or y2 <= y1:
-            continue
-        detections.append(
-            {
-                "box": [round(float(x1), 2), round(float(y1), 2)]
-                + [round(float(x2 - x1), 2), round(float(y2 - y1), 2)],
-                "score": round(float(score), 4),
-                "label": LABEL,
-                "keypoints": [[round(float(x), 2), round(float(y), 2)] for x, y in pts],
-            }
-        )
-    return detections
+    sides = corners[:, 1] - corners[:, 0]
+    kept = (sides > 0).all(axis=1)
+    xywh = np.round(np.concatenate([corners[kept, 0], sides[kept]], axis=1), 2).tolist()
+    points = np.round(np.clip(transform.to_image(points[kept]), 0, size), 2).tolist()
+    return [
+        {"box": box, "score": round(float(score), 4), "label": LABEL, "keypoints": pts}
+        for box, pts, score in zip(xywh, points, scores[kept], strict=True)
+    ]
 
 
 def _variant(info: ModelInfo) -> AnchorConfig:
