@@ -19,13 +19,13 @@ This module is pure: it parses and builds messages, it owns no socket.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
@@ -39,6 +39,7 @@ __all__ = [
     "encode_eos_result",
     "encode_frame",
     "encode_result",
+    "dump_json",
     "load_json",
     "parse_header",
     "read_message",
@@ -76,21 +77,27 @@ def _bad(detail: str) -> FrameError:
     return FrameError(Reason.BAD_HEADER, detail)
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def load_json(raw: bytes, what: str) -> Any:
-    """Parse strict JSON (no NaN or Infinity) from a peer.
+    """Parse strict JSON from a peer (RFC 8259 through orjson: UTF-8 only, no NaN or
+    Infinity, no number beyond a double, at most 1024 levels deep; an integer beyond 64 bits
+    becomes a float).
 
     Raises:
-        FrameError: ``bad_header`` naming ``what``, for bytes that are not UTF-8 JSON or nest
-            too deeply for the parser (a RecursionError, which would otherwise escape).
+        FrameError: ``bad_header`` naming ``what``, for bytes that are not such JSON.
     """
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
         raise _bad(f"{what} is not JSON: {exc}") from None
+
+
+def dump_json(obj: Any) -> bytes:
+    """Compact UTF-8 JSON of ``obj`` (orjson; numpy arrays and scalars included).
+
+    Raises:
+        TypeError: ``obj`` holds something JSON cannot express.
+    """
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def parse_header(raw: bytes | memoryview) -> Header:
@@ -209,7 +216,7 @@ def encode_ack(item: Frame | EndOfStream) -> bytes:
         body["eos"] = True
     elif item.error is not None:
         body.update(ok=False, reason=item.error.reason, detail=item.error.detail)
-    return json.dumps(body, separators=(",", ":")).encode()
+    return dump_json(body)
 
 
 def encode_frame(
@@ -241,13 +248,13 @@ def encode_frame(
         body: bytes | memoryview = memoryview(array).cast("B")
     else:
         body = payload
-    return [json.dumps(header).encode(), body]
+    return [dump_json(header), body]
 
 
 def encode_eos(source: str, seq: int) -> list[bytes]:
     """Build an end-of-stream message for ``source`` whose last frame was ``seq``."""
     header = {"v": PROTOCOL_VERSION, "source": source, "seq": seq, "eos": True}
-    return [json.dumps(header).encode()]
+    return [dump_json(header)]
 
 
 def _ms(delta_ns: int) -> float:
@@ -283,11 +290,11 @@ def encode_result(frame: Frame, done_at_ns: int) -> list[bytes]:
     }
     if frame.error is not None:
         body["error"] = {"reason": frame.error.reason, "detail": frame.error.detail}
-    return [frame.source.encode(), json.dumps(body, separators=(",", ":")).encode()]
+    return [frame.source.encode(), dump_json(body)]
 
 
 def encode_eos_result(eos: EndOfStream) -> list[bytes]:
     """Build the ``eos`` result published after the last frame of a source."""
     body = {"v": PROTOCOL_VERSION, "source": eos.source, "seq": eos.seq, "eos": True}
     body["done_at"] = time.time()
-    return [eos.source.encode(), json.dumps(body, separators=(",", ":")).encode()]
+    return [eos.source.encode(), dump_json(body)]
