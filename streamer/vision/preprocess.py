@@ -35,7 +35,7 @@ closest to its own (see :meth:`Letterbox.choose_size`), so its tensor has that g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal, Protocol
 
@@ -65,6 +65,7 @@ class LetterboxTransform:
         pad_x, pad_y: left and top border widths, model-input pixels.
         input_width, input_height: model input size, pixels.
         image_width, image_height: decoded image size, pixels.
+        resized_width, resized_height: the resized image inside the input, pixels (derived).
     """
 
     scale: float
@@ -74,6 +75,20 @@ class LetterboxTransform:
     input_height: int
     image_width: int
     image_height: int
+    resized_width: int = field(init=False, repr=False, compare=False)
+    resized_height: int = field(init=False, repr=False, compare=False)
+    _pad: np.ndarray = field(init=False, repr=False, compare=False)
+    _ratio: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Derived once: postprocessing maps every detection through them.
+        width = _resized(self.image_width, self.scale, self.input_width)
+        height = _resized(self.image_height, self.scale, self.input_height)
+        object.__setattr__(self, "resized_width", width)
+        object.__setattr__(self, "resized_height", height)
+        object.__setattr__(self, "_pad", np.array([self.pad_x, self.pad_y], np.float64))
+        ratio = np.array([width / self.image_width, height / self.image_height])
+        object.__setattr__(self, "_ratio", ratio)
 
     @classmethod
     def fit(
@@ -85,14 +100,6 @@ class LetterboxTransform:
         resized_h = _resized(image_height, scale, input_height)
         pad_x, pad_y = (input_width - resized_w) // 2, (input_height - resized_h) // 2
         return cls(scale, pad_x, pad_y, input_width, input_height, image_width, image_height)
-
-    @property
-    def resized_width(self) -> int:
-        return _resized(self.image_width, self.scale, self.input_width)
-
-    @property
-    def resized_height(self) -> int:
-        return _resized(self.image_height, self.scale, self.input_height)
 
     def enlarged(self, factor: int, image_width: int, image_height: int) -> LetterboxTransform:
         """The same placement for an image ``factor`` times larger (``image_width`` ×
@@ -117,8 +124,7 @@ class LetterboxTransform:
         Returns:
             float array (..., 2) of (x, y) in image pixels (not clipped).
         """
-        pad = np.array([self.pad_x, self.pad_y], np.float64)
-        out: np.ndarray = (np.asarray(xy, np.float64) - pad) / self._ratio()
+        out: np.ndarray = (np.asarray(xy, np.float64) - self._pad) / self._ratio
         return out
 
     def normalized_to_image(self, xy: np.ndarray) -> np.ndarray:
@@ -128,15 +134,8 @@ class LetterboxTransform:
 
     def to_input(self, xy: np.ndarray) -> np.ndarray:
         """Map image pixel coordinates to model-input pixels; float (..., 2) → float (..., 2)."""
-        pad = np.array([self.pad_x, self.pad_y], np.float64)
-        out: np.ndarray = np.asarray(xy, np.float64) * self._ratio() + pad
+        out: np.ndarray = np.asarray(xy, np.float64) * self._ratio + self._pad
         return out
-
-    def _ratio(self) -> np.ndarray:
-        """Model-input pixels per image pixel along x and y, float64 (2,)."""
-        return np.array(
-            [self.resized_width / self.image_width, self.resized_height / self.image_height]
-        )
 
 
 def _resized(size: int, scale: float, limit: int) -> int:
