@@ -51,11 +51,11 @@ from streamer.transport.endpoints import check_endpoints
 from streamer.transport.ingress import Ingress, widest_limits
 from streamer.transport.security import CurveAuthenticator, start_authenticator
 from streamer.vision.decode import DecodeLimits, decode_image, decode_jpeg_reduced
+from streamer.vision.opencv import configure_opencv
 from streamer.vision.postprocess import Postprocessor
 from streamer.vision.preprocess import Letterbox, Preprocessor
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
 from streamer.vision.stages import ITEM_STAGES, ItemStage
-from streamer.vision.threads import single_threaded_opencv
 
 __all__ = ["ModelStage", "Pipeline"]
 
@@ -352,7 +352,7 @@ class Pipeline:
             self._context, [*self.config.ingress, *self.config.egress]
         )
         workers = self.config.daemon.decode_workers or os.cpu_count() or 1
-        single_threaded_opencv()
+        configure_opencv()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="prepare")
         self._workers = self._build_workers(self._context)
         self._ingresses = [

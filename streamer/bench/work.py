@@ -23,10 +23,10 @@ from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel, open_bac
 from streamer.runtime.onnx import open_session, session_model_info
 from streamer.transport.ingress import widest_limits
 from streamer.vision.decode import decode_image
+from streamer.vision.opencv import configure_opencv
 from streamer.vision.postprocess import Postprocessor
 from streamer.vision.preprocess import LetterboxTransform, Preprocessor
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
-from streamer.vision.threads import single_threaded_opencv
 
 __all__ = ["FrameWork"]
 
@@ -103,7 +103,7 @@ class FrameWork(Closing):
             batch_gears=model.batch.gears,
             preprocess=model.preprocess,
         )
-        single_threaded_opencv()  # as the daemon runs it
+        configure_opencv()  # as the daemon runs it
         self._limits = widest_limits(config.ingress)
         self._backend: Backend | None = None
         self._closed = False
