@@ -325,6 +325,21 @@ def _format_errors(path: Path, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+_KEY_PATHS = ("curve_secret_key_file", "curve_clients_dir")
+
+
+def _resolve_key_paths(data: dict[str, Any], folder: Path) -> None:
+    """Make the relative CURVE key paths of the ``[[ingress]]`` and ``[[egress]]`` tables
+    relative to ``folder`` (the config file's), as model paths are; ``~`` is expanded."""
+    for table in ("ingress", "egress"):
+        entries = data.get(table)
+        for entry in entries if isinstance(entries, list) else []:
+            for key in _KEY_PATHS:
+                value = entry.get(key) if isinstance(entry, dict) else None
+                if isinstance(value, str) and value:
+                    entry[key] = str(folder / Path(value).expanduser())
+
+
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate a TOML config file.
 
@@ -339,6 +354,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{file}: cannot read config: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
+    _resolve_key_paths(data, file.resolve().parent)
     try:
         return Config.model_validate({**data, "source_file": file.resolve()})
     except ValidationError as exc:

@@ -39,6 +39,19 @@ def test_relative_model_path_resolves_against_the_config_folder(tmp_path: Path) 
     assert config.model_path(config.models[0]) == tmp_path.resolve() / "models" / "face.onnx"
 
 
+def test_relative_curve_key_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
+    (tmp_path / "keys" / "clients").mkdir(parents=True)
+    (tmp_path / "keys" / "server.key_secret").write_text("")
+    text = MINIMAL.replace(
+        'uri = "pull+bind:tcp://127.0.0.1:5555"',
+        'uri = "pull+bind:tcp://127.0.0.1:5555"\n'
+        'curve_secret_key_file = "keys/server.key_secret"\ncurve_clients_dir = "keys/clients"',
+    )
+    ingress = load_config(write(tmp_path, text)).ingress[0]
+    assert ingress.curve_secret_key_file == tmp_path.resolve() / "keys" / "server.key_secret"
+    assert ingress.curve_clients_dir == tmp_path.resolve() / "keys" / "clients"
+
+
 def test_unknown_key_is_an_error_naming_the_key(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL + "\n[daemon]\ndrain_timeout = 3\n")
     with pytest.raises(ConfigError) as info:
