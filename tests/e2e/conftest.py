@@ -285,6 +285,8 @@ def backend_settings(name: str, model: Path, folder: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path, assets: dict[str, Path]) -> dict[str, Any]:
+def backend(
+    request: pytest.FixtureRequest, tmp_path: Path, assets: dict[str, Path]
+) -> dict[str, Any]:
     """Each end-to-end test that takes this fixture runs once per backend configuration."""
     return backend_settings(request.param, assets["blazeface_short_range"], tmp_path / "models")
