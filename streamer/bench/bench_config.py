@@ -19,9 +19,19 @@ from typing import Any
 import onnxruntime as ort
 
 from streamer.bench.toml_text import dumps
-from streamer.config import Config, load_config
+from streamer.config import Config, ModelConfig, load_config
+from streamer.errors import ConfigError
+from streamer.vision.aipp import letterbox_aipp
+from streamer.vision.registry import POSTPROCESSORS
 
-__all__ = ["BACKENDS", "Ports", "bench_config", "free_port", "write_config"]
+__all__ = [
+    "BACKENDS",
+    "Ports",
+    "bench_config",
+    "device_side_processing",
+    "free_port",
+    "write_config",
+]
 
 BACKENDS = ("onnxruntime", "acl-sim")
 """Backends the benchmark runs: the embedded default, and the ACL backend on its simulator."""
@@ -67,6 +77,7 @@ def bench_config(
     ports: Ports,
     models_dir: Path,
     batch_sizes: tuple[int, ...],
+    device_side: bool = False,
 ) -> Config:
     """The benchmark's config derived from ``base`` (see the module docstring).
 
@@ -78,6 +89,11 @@ def bench_config(
         models_dir: where the ``acl-sim`` layout (``face.om``, ``face.onnx``,
             ``face.acl.json``) is written.
         batch_sizes: the batch gears of the ``acl-sim`` model (ATC ``--dynamic_batch_size``).
+        device_side: move the first stage's pre- and post-processing off the host
+            (:func:`device_side_processing`).
+
+    Raises:
+        ConfigError: ``device_side`` for a stage without a ``letterbox`` preprocess.
     """
     data = base.model_dump(mode="json", exclude_none=True)
     data["daemon"].update(log_format="json", http_address=f"127.0.0.1:{ports.http}")
@@ -85,12 +101,42 @@ def bench_config(
     data["egress"] = [_egress(data["egress"][0], ports)]
     model = data["models"][0]
     model["batch"]["max_size"] = max_size
+    if device_side:
+        device_side_processing(model, backend)
     if backend == "acl-sim":
+        aipp = _aipp(base, model) if device_side else None
         data["runtime"].update(backend="acl-sim", options={})
-        om = _acl_sim_layout(base.model_path(base.models[0]), models_dir, batch_sizes)
+        om = _acl_sim_layout(base.model_path(base.models[0]), models_dir, batch_sizes, aipp)
         model.pop("asset", None)
         model.update(path=str(om), mode="auto")
     return Config.model_validate(data)
+
+
+def device_side_processing(model: dict[str, Any], backend: str) -> None:
+    """Move a ``[[models]]`` table's pre- and post-processing off the host, in place.
+
+    The letterbox normalisation goes into the model: composed into the graph on onnxruntime
+    (``normalize = "model"``), static AIPP on the ACL simulator (``normalize = "device"``);
+    NMS becomes single operators on the backend (``nms = "operator"``) where the
+    postprocessor has an ``nms`` key.
+
+    Raises:
+        ConfigError: the preprocess is not a ``letterbox``.
+    """
+    preprocess = model.get("preprocess") or {}
+    if preprocess.get("kind") != "letterbox":
+        raise ConfigError("device-side processing needs a letterbox preprocess on models[0]")
+    preprocess["normalize"] = "model" if backend == "onnxruntime" else "device"
+    postprocess = model["postprocess"]
+    if "nms" in POSTPROCESSORS.get(postprocess["kind"]).params.model_fields:
+        postprocess["nms"] = "operator"
+
+
+def _aipp(base: Config, model: dict[str, Any]) -> dict[str, Any]:
+    """The static AIPP section of the simulator's manifest for the device-side ``model``."""
+    stage = ModelConfig.model_validate(model)
+    config = base.model_copy(update={"models": (stage,)})
+    return letterbox_aipp(config, stage.name).model_dump()
 
 
 def _ingress(ingress: dict[str, Any], ports: Ports) -> dict[str, Any]:
@@ -105,9 +151,12 @@ def _egress(egress: dict[str, Any], ports: Ports) -> dict[str, Any]:
     return {**kept, "uri": f"pub+bind:tcp://127.0.0.1:{ports.egress}"}
 
 
-def _acl_sim_layout(onnx_model: Path, folder: Path, batch_sizes: tuple[int, ...]) -> Path:
+def _acl_sim_layout(
+    onnx_model: Path, folder: Path, batch_sizes: tuple[int, ...], aipp: dict[str, Any] | None
+) -> Path:
     """Lay out ``onnx_model`` as on an Ascend box: ``face.om`` in the config, with
-    ``face.onnx`` and the ATC manifest ``face.acl.json`` (dynamic batch sizes) beside it."""
+    ``face.onnx`` and the ATC manifest ``face.acl.json`` (dynamic batch sizes, and the
+    static ``aipp`` section when given) beside it."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(onnx_model, folder / "face.onnx")
     options = ort.SessionOptions()
@@ -115,7 +164,10 @@ def _acl_sim_layout(onnx_model: Path, folder: Path, batch_sizes: tuple[int, ...]
     session = ort.InferenceSession(str(onnx_model), options, providers=["CPUExecutionProvider"])
     first = session.get_inputs()[0]
     shape = [-1, *(d if isinstance(d, int) else -1 for d in first.shape[1:])]
-    manifest = {"input_shape": {first.name: shape}, "dynamic_batch_size": sorted(batch_sizes)}
+    manifest: dict[str, Any] = {"input_shape": {first.name: shape}}
+    manifest["dynamic_batch_size"] = sorted(batch_sizes)
+    if aipp is not None:
+        manifest["aipp"] = aipp
     (folder / "face.acl.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return folder / "face.om"
 

@@ -26,7 +26,6 @@ from streamer.bench.modes import (
     NAIVE,
     PROFILED,
     SERIAL,
-    daemon_mode,
 )
 from streamer.bench.naive import NaiveReceiver, run_naive_sender
 from streamer.bench.serial import run_serial
@@ -54,11 +53,13 @@ class Measured:
 
 @dataclass(frozen=True)
 class DaemonPlan:
-    """A daemon to start: its config file, ports and batch ``max_size``."""
+    """A daemon to start: its config file, ports, batch ``max_size``, and the mode its
+    full-load runs are reported as (:mod:`.modes`)."""
 
     path: Path
     ports: Ports
     max_size: int
+    mode: str
 
 
 class Harness:
@@ -66,7 +67,7 @@ class Harness:
 
     Args:
         config: the primary config (the in-process modes use it).
-        daemons: one per ``max_size``, the primary first.
+        daemons: one per ``max_size``, the primary first, then the device-side one.
         frames: input name → (frames, the file they are saved in).
         count: frames per run.
         out_dir: where logs go.
@@ -89,8 +90,8 @@ class Harness:
     ) -> None:
         self.frames, self._count, self._progress = frames, count, progress
         self._settle_s = settle_s
-        self._primary = daemons[0].max_size
         self._best_fps: dict[str, float] = {}
+        self._modes = [plan.mode for plan in daemons]
         self.daemons: list[DaemonUnderTest] = []
         self.work = FrameWork(config)
         self._endpoint = f"tcp://127.0.0.1:{free_port()}"
@@ -105,8 +106,8 @@ class Harness:
         self._progress("starting the naive receiver", 0)
         self.receiver = NaiveReceiver(config_path, self._endpoint, out_dir / "naive.log")
         for plan in daemons:
-            self._progress(f"starting the daemon, max_size {plan.max_size}", 0)
-            log = out_dir / f"daemon-max_size-{plan.max_size}.log"
+            self._progress(f"starting the daemon, {plan.mode}", 0)
+            log = out_dir / f"{plan.mode}.log"
             self.daemons.append(DaemonUnderTest(plan.path, plan.ports, plan.max_size, log))
         for daemon in self.daemons:
             for frames, _ in self.frames.values():
@@ -137,8 +138,7 @@ class Harness:
             ),
             NAIVE: self._measured(NAIVE, name, self._receiver_pids(), self._naive(path)),
         }
-        for daemon in self.daemons:
-            mode = daemon_mode(daemon.max_size, self._primary)
+        for daemon, mode in zip(self.daemons, self._modes, strict=True):
             runs[mode] = self._daemon_run(daemon, Load(mode, 1, self._count), name, components)
         primary = self.daemons[0]
         best = self._best_fps[name] = max(self._best_fps.get(name, 0.0), runs[DAEMON].result.fps)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "DAEMON",
+    "DEVICE_SIDE",
     "HALF_RATE",
     "MANY_SOURCES",
     "MANY_SOURCES_MODE",
@@ -22,6 +23,9 @@ HALF_RATE = "daemon_half_rate"
 MANY_SOURCES = 16
 MANY_SOURCES_MODE = f"daemon_{MANY_SOURCES}_sources"
 """The primary daemon at full load, the frames spread over 16 sources."""
+DEVICE_SIDE = "daemon_device_side"
+"""The primary daemon's config with its pre- and post-processing moved off the host (the
+letterbox normalisation into the model or AIPP, NMS to single operators), at full load."""
 PROFILED = "daemon_profiled"
 """The primary daemon at full load under py-spy (``--profile``)."""
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from streamer.bench.components import Components, Limit
 from streamer.bench.daemon_run import DaemonDetail
-from streamer.bench.modes import DAEMON, PROFILED
+from streamer.bench.modes import DAEMON, DEVICE_SIDE, PROFILED
 from streamer.bench.profile import Profile
 from streamer.bench.stages import StageReport
 from streamer.bench.stats import RunResult
@@ -78,6 +78,9 @@ def format_report(report: BenchReport) -> str:
         stages = item.daemon.get(DAEMON)
         if stages is not None:
             lines += ["", *_stages(stages.stages)]
+        device = item.daemon.get(DEVICE_SIDE)
+        if stages is not None and device is not None:
+            lines.append(_host_cpu(stages.stages, device.stages))
         profiled = item.daemon.get(PROFILED)
         if profiled is not None and profiled.profile is not None:
             lines += ["", *_profile(profiled.profile)]
@@ -166,6 +169,14 @@ def _totals(report: StageReport) -> Iterator[str]:
         f"{_cell(report.work_cpu_ms, 0, 3)} ms/frame at the mean batch "
         f"{_cell(report.mean_batch_size, 0, 2)}; daemon overhead "
         f"{_cell(report.overhead_cpu_ms, 0, 3)} ms/frame"
+    )
+
+
+def _host_cpu(host_side: StageReport, device_side: StageReport) -> str:
+    return (
+        "  host CPU per frame outside the model's threads: pre/post-processing on the host "
+        f"{_cell(host_side.host_cpu_ms, 0, 3)} ms, moved to the model/device "
+        f"{_cell(device_side.host_cpu_ms, 0, 3)} ms ({DEVICE_SIDE})"
     )
 
 

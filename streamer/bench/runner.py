@@ -24,6 +24,7 @@ from streamer.bench.components import Components, cpu_cores, measure_components
 from streamer.bench.frameset import FrameSet
 from streamer.bench.harness import PROFILE_FRAMES_FACTOR, DaemonPlan, Harness, Measured
 from streamer.bench.inputs import INPUTS
+from streamer.bench.modes import DEVICE_SIDE, daemon_mode
 from streamer.bench.plot import INSTALL_HINT, plot_available, write_plot
 from streamer.bench.report import BenchReport, format_report, write_json
 from streamer.config import Config, load_config
@@ -85,7 +86,7 @@ class _Plan:
 
     @property
     def max_sizes(self) -> tuple[int, ...]:
-        return tuple(d.max_size for d in self.daemons)
+        return tuple(d.max_size for d in self.daemons if d.mode != DEVICE_SIDE)
 
 
 def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
@@ -118,26 +119,31 @@ def _plan(options: BenchOptions) -> _Plan:
     base = load_config(options.config_path)
     max_sizes = options.max_sizes or (base.models[0].batch.max_size,)
     batch_sizes = tuple(sorted({*BATCH_SIZES, *max_sizes}))
-    configs = [_daemon_config(base, options, m, batch_sizes) for m in max_sizes]
+    configs = [
+        _daemon_config(base, options, m, daemon_mode(m, max_sizes[0]), batch_sizes)
+        for m in max_sizes
+    ]
+    configs.append(_daemon_config(base, options, max_sizes[0], DEVICE_SIDE, batch_sizes))
     daemons = [daemon for daemon, _ in configs]
     return _Plan(base, batch_sizes, daemons, configs[0][1], _save_inputs(options))
 
 
 def _daemon_config(
-    base: Config, options: BenchOptions, max_size: int, batch_sizes: tuple[int, ...]
+    base: Config, options: BenchOptions, max_size: int, mode: str, batch_sizes: tuple[int, ...]
 ) -> tuple[DaemonPlan, Config]:
-    """The config of the daemon with ``max_size``, written under ``--out``."""
+    """The config of the daemon whose full-load runs are ``mode``, written under ``--out``."""
     ports = Ports.free()
     config = bench_config(
         base,
         backend=options.backend,
         max_size=max_size,
         ports=ports,
-        models_dir=options.out_dir / "models",
+        models_dir=options.out_dir / "models" / mode,
         batch_sizes=batch_sizes,
+        device_side=mode == DEVICE_SIDE,
     )
-    path = options.out_dir / f"config-max_size-{max_size}.toml"
-    return DaemonPlan(path, ports, max_size), write_config(config, path)
+    path = options.out_dir / f"config-{mode}.toml"
+    return DaemonPlan(path, ports, max_size, mode), write_config(config, path)
 
 
 def _save_inputs(options: BenchOptions) -> dict[str, tuple[FrameSet, Path]]:

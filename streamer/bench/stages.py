@@ -45,6 +45,8 @@ _STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("control+http", ("MainThread", "http")),
 )
 _NOT_STAGES = ("zmq i/o", "control+http")
+_DEVICE_STAGES = ("inference",)
+"""The threads that execute the model: on an NPU, the device's work."""
 _HIST = "streamer_{}_duration_seconds"
 
 
@@ -87,6 +89,10 @@ class StageReport:
         overhead_cpu_ms: ``daemon_cpu_ms - work_cpu_ms``: what the daemon adds per frame
             (receive, header, queues, batch assembly, result, publish, metrics).
         cores_used: the daemon's CPU time ÷ the run's wall time.
+        host_cpu_ms: the daemon's CPU time per frame outside the threads that execute the
+            model (``inference``: onnxruntime's session thread, the simulator's device
+            threads): what an NPU leaves to the host CPU, ms; None when the threads could not
+            be told apart.
     """
 
     stages: tuple[Stage, ...]
@@ -97,6 +103,7 @@ class StageReport:
     work_cpu_ms: float
     overhead_cpu_ms: float
     cores_used: float | None
+    host_cpu_ms: float | None = None
 
 
 def stage_report(
@@ -131,9 +138,11 @@ def stage_report(
     work_cpu = sum(alone.values())
     daemon_cpu = cpu_s * 1000 / frames
     cores = cpu_s / seconds if seconds > 0 else None
+    device = [ns for name in _DEVICE_STAGES for ns in groups.get(name, [])]
+    host_cpu = daemon_cpu - sum(device) / 1e6 / frames if device else None
     return StageReport(
         stages, slowest, basis, _round(mean_batch), _round(daemon_cpu), _round(work_cpu),
-        _round(daemon_cpu - work_cpu), _round(cores),
+        _round(daemon_cpu - work_cpu), _round(cores), _round(host_cpu),
     )  # fmt: skip
 
 

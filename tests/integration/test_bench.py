@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAMES = 16
-MODES = {"serial", "naive", "daemon", "daemon_half_rate", "daemon_16_sources"}
+MODES = {"serial", "naive", "daemon", "daemon_half_rate", "daemon_16_sources", "daemon_device_side"}
 STEPS = {"decode", "preprocess", "inference", "postprocess"}
 
 
@@ -44,8 +44,12 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
         names = {stage["name"] for stage in stages["stages"]}
         assert {"ingress", "decode+preprocess", "inference", "postprocess", "egress"} <= names
         assert stages["slowest"]
+        device_side = item["daemon"]["daemon_device_side"]["stages"]
+        for report_stages in (stages, device_side):  # None without py-spy to name threads
+            assert report_stages["host_cpu_ms"] is None or report_stages["host_cpu_ms"] > 0
         assert {t["name"] for t in item["targets"]} >= {"daemon / limit", "daemon / naive"}
     assert report["targets"] and report["max_size"]["fastest"] in (1, 2, 4, 8, 16)
     assert "daemon / limit" in done.stdout and "slowest stage" in done.stdout
+    assert "host CPU per frame" in done.stdout
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "report.png").stat().st_size > 0
