@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from streamer.assets import ASSETS, asset_path, fetch_assets
+from streamer.assets import ASSETS, SPLITS, asset_path, fetch_assets
 from streamer.config import Config, cache_dir, load_config
 from streamer.daemon import EXIT_FATAL, EXIT_USAGE, run_daemon
 from streamer.errors import AssetError, ConfigError, ModelError, StreamerError
@@ -180,10 +180,16 @@ def models_fetch(names: tuple[str, ...]) -> None:
 @models.command("aipp")
 @_config_option
 @click.option("--model", "model", required=True, help="The [[models]] name.")
-@click.option("--size", nargs=2, type=int, help="Input height and width; 0 0 for resolution gears.")
+@click.option(
+    "--size",
+    nargs=2,
+    type=int,
+    help="Input height and width; static AIPP: 0 0 for resolution gears, dynamic: the largest.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the simulator manifest's `aipp`.")
 def models_aipp(config_path: Path, model: str, size: tuple[int, int] | None, as_json: bool) -> None:
-    """Print the static AIPP config (ATC --insert_op_conf) for MODEL's letterbox."""
+    """Print the AIPP config (ATC --insert_op_conf) for MODEL's letterbox: static, or
+    dynamic when it says aipp = "dynamic"."""
     from streamer.vision.aipp import letterbox_aipp
 
     try:
@@ -201,4 +207,7 @@ def models_list() -> None:
     for asset in ASSETS:
         path = asset_path(asset)
         state = "fetched" if path.exists() else "missing"
-        click.echo(f"{asset.kind:6} {asset.name:24} {state:8} {asset.requirement}")
+        click.echo(f"{asset.kind:6} {asset.name:32} {state:8} {asset.requirement}")
+    for split in SPLITS:
+        state = "made" if asset_path(split).exists() else "missing"
+        click.echo(f"{split.kind:6} {split.name:32} {state:8} cut from {split.source}")

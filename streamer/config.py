@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +41,7 @@ __all__ = [
     "ModelConfig",
     "PluginConfig",
     "RuntimeConfig",
+    "StageInput",
     "cache_dir",
     "load_config",
 ]
@@ -216,6 +218,74 @@ class PluginConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+Adapter = Literal["crops", "tensor"]
+"""How a stage reads an upstream stage: ``crops`` of its detections, or its outputs as tensors."""
+
+
+@dataclass(frozen=True)
+class StageInput:
+    """What a model stage reads (``[[models]] input``): the frame, or an upstream stage.
+
+    Forms:
+        ``"frame"``: the decoded frame, through the stage's preprocess.
+        ``"<stage>:crops"``: a crop of each detection of ``<stage>`` (an item stage).
+        ``"<stage>:tensor"``: the outputs of ``<stage>`` as they are, batch by batch; each
+            input is fed by the upstream output of the same name (or, one output and one
+            input, by that one).
+        ``"<stage>:tensor:<map>"``: ``<map>`` is a comma-separated list of ``<output>`` or
+            ``<output>=<input>``: each named output feeds the named input, or without
+            ``=<input>`` the input of the same name (or the model's only input).
+
+    Tensor names may contain ``:`` (``onnx::Conv_12``), not ``,`` or ``=``.
+
+    Attributes:
+        upstream: the stage read from; None for the frame.
+        adapter: ``crops`` or ``tensor``; None for the frame.
+        pairs: a tensor input's ``<map>``: ``(output, input or None)`` each; () without one.
+    """
+
+    upstream: str | None = None
+    adapter: Adapter | None = None
+    pairs: tuple[tuple[str, str | None], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> StageInput:
+        """Parse one ``input`` value.
+
+        Raises:
+            ValueError: not one of the forms above; the message says which part is wrong.
+        """
+        if text == "frame":
+            return cls()
+        upstream, _, rest = text.partition(":")
+        adapter, _, mapping = rest.partition(":")
+        if not upstream or adapter not in ("crops", "tensor"):
+            raise ValueError(
+                f'{text!r}: expected "frame", "<stage>:crops", "<stage>:tensor" or '
+                '"<stage>:tensor:<output>[=<input>],..."'
+            )
+        if adapter == "crops":
+            if mapping:
+                raise ValueError(f"{text!r}: the crops adapter takes no tensor map")
+            return cls(upstream, "crops")
+        return cls(upstream, "tensor", _tensor_map(text, mapping) if mapping else ())
+
+
+def _tensor_map(text: str, mapping: str) -> tuple[tuple[str, str | None], ...]:
+    """The ``(output, input or None)`` pairs of a tensor map.
+
+    Raises:
+        ValueError: an empty output or input name.
+    """
+    pairs: list[tuple[str, str | None]] = []
+    for item in mapping.split(","):
+        output, equals, name = (part.strip() for part in item.partition("="))
+        if not output or (equals and not name):
+            raise ValueError(f"{text!r}: {item!r} is not <output> or <output>=<input>")
+        pairs.append((output, name or None))
+    return tuple(pairs)
+
+
 class ModelConfig(_Strict):
     """``[[models]]``: one model stage. Exactly one of ``path`` and ``asset``."""
 
@@ -223,20 +293,39 @@ class ModelConfig(_Strict):
     path: Path | None = None
     asset: str | None = Field(None, description="a model fetched by `streamer models fetch`")
     mode: Literal["auto", "queue", "async", "sync"] = "auto"
-    input: str = "frame"
+    input: str = Field(
+        "frame",
+        description='"frame", "<stage>:crops", "<stage>:tensor" or "<stage>:tensor:<map>" '
+        "(see StageInput)",
+    )
     max_in_flight: int = Field(2, ge=1, description="batches enqueued and not yet dequeued")
     replicas: int = Field(1, ge=1, description="copies of the model on each device")
     batch: BatchConfig = BatchConfig()
     preprocess: PluginConfig | None = Field(
-        None, description="required unless postprocess is an item stage (mtcnn_*)"
+        None,
+        description="required unless postprocess is an item stage (mtcnn_*) or the input is "
+        "another stage's tensors",
     )
-    postprocess: PluginConfig
+    postprocess: PluginConfig | None = Field(
+        None, description="required unless the stage feeds a `:tensor` stage"
+    )
+
+    @field_validator("input")
+    @classmethod
+    def _input_syntax(cls, text: str) -> str:
+        StageInput.parse(text)
+        return text
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         if (self.path is None) == (self.asset is None):
             raise ValueError("set exactly one of `path` and `asset`")
         return self
+
+    @property
+    def source(self) -> StageInput:
+        """The parsed ``input``."""
+        return StageInput.parse(self.input)
 
 
 class Config(_Strict):
@@ -274,28 +363,25 @@ class Config(_Strict):
 
 
 def chain_order(models: tuple[ModelConfig, ...]) -> list[ModelConfig]:
-    """Order the stages by their ``input``: one reads ``frame``, each other ``<stage>:crops``.
+    """Order the stages by their ``input``: one reads ``frame``, each other an upstream stage
+    through an adapter (:class:`StageInput`).
 
     Raises:
-        ValueError: no or several ``frame`` stages, an unknown stage, an adapter other than
-            ``crops``, two stages on one upstream, or a cycle (stages left unreachable).
+        ValueError: no or several ``frame`` stages, an unknown stage, two stages on one
+            upstream, a cycle (stages left unreachable), or plug-in tables that do not fit
+            the adapters (see :func:`_check_tables`).
     """
-    roots = [m for m in models if m.input == "frame"]
+    roots = [m for m in models if m.source.upstream is None]
     if len(roots) != 1:
         raise ValueError(f'exactly one model needs input = "frame", got {len(roots)}')
     downstream: dict[str, ModelConfig] = {}
     names = {m.name for m in models}
     for model in models:
-        if model.input == "frame":
+        upstream = model.source.upstream
+        if upstream is None:
             continue
-        upstream, _, adapter = model.input.partition(":")
         if upstream not in names:
             raise ValueError(f"models {model.name!r}: input {model.input!r}: no stage {upstream!r}")
-        if adapter != "crops":
-            raise ValueError(
-                f"models {model.name!r}: input {model.input!r}: the adapter must be 'crops' "
-                "(the 'tensor' adapter is not supported yet)"
-            )
         if upstream in downstream:
             raise ValueError(f"stage {upstream!r} feeds two stages; one downstream stage each")
         downstream[upstream] = model
@@ -305,7 +391,47 @@ def chain_order(models: tuple[ModelConfig, ...]) -> list[ModelConfig]:
     if len(chain) != len(models):
         cut = sorted(names - {m.name for m in chain})
         raise ValueError(f"stages {cut} are not reachable from the frame (a cycle?)")
+    for model, feeds in zip(chain, [*chain[1:], None], strict=True):
+        _check_tables(model, feeds)
     return chain
+
+
+def _check_tables(model: ModelConfig, feeds: ModelConfig | None) -> None:
+    """The plug-in and batch tables a stage may have, given its adapters.
+
+    A stage that feeds a ``:tensor`` stage hands its outputs on as they are: it has no
+    postprocess (the frame's results come from a later stage's), and every other stage needs
+    one. A ``:tensor`` stage takes its upstream's batches as they are: no preprocess and no
+    ``[models.batch]`` of its own.
+
+    Raises:
+        ValueError: a table present or missing against these rules, naming the stage.
+    """
+    hands_on = feeds is not None and feeds.source.adapter == "tensor"
+    if hands_on and model.postprocess is not None:
+        assert feeds is not None
+        raise ValueError(
+            f"models {model.name!r}: it feeds {feeds.name!r} through the tensor adapter, which "
+            "takes its outputs as they are; remove its [models.postprocess] (the frame's "
+            "results come from the last stage's postprocess)"
+        )
+    if not hands_on and model.postprocess is None:
+        raise ValueError(
+            f"models {model.name!r}: [models.postprocess] is required (only a stage that "
+            "feeds a `:tensor` stage has none)"
+        )
+    if model.source.adapter != "tensor":
+        return
+    if model.preprocess is not None:
+        raise ValueError(
+            f"models {model.name!r}: input {model.input!r} takes the upstream outputs as they "
+            "are; remove its [models.preprocess] (frames keep the first stage's transform)"
+        )
+    if model.batch != BatchConfig():
+        raise ValueError(
+            f"models {model.name!r}: input {model.input!r} runs the upstream's batches as they "
+            f"are; set [models.batch] on {model.source.upstream!r} instead"
+        )
 
 
 def cache_dir() -> Path:

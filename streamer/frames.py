@@ -67,6 +67,9 @@ class Frame:
         children: a frame's items in the stage it is in, while they run; [] when it has none
             there.
         outstanding: its items not yet back (guarded by the chain router's lock).
+        handover: while it goes from a stage to the next through the ``tensor`` adapter, the
+            next stage's inputs made from its batch, shared by that batch's frames (a
+            :class:`~streamer.scheduling.tensor_link.Handover`); None otherwise.
         epoch, order: the source's stream epoch (it grows when a producer restarts) and the
             frame's arrival index within it, from :class:`~streamer.scheduling.sources.
             SourceTracker`; egress publishes each (source, epoch) in ``order``. ``order``
@@ -98,6 +101,7 @@ class Frame:
     parent: Frame | None = None
     children: list[Frame] | None = None
     outstanding: int = 0
+    handover: Any = None
     epoch: int = 0
     order: int = -1
 

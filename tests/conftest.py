@@ -8,14 +8,15 @@ import cv2
 import numpy as np
 import pytest
 
-from streamer.assets import ASSETS, asset_path, fetch_assets
+from streamer.assets import ASSETS, SPLITS, asset_path, fetch_assets
 
 
 @pytest.fixture(scope="session")
 def assets() -> dict[str, Path]:
-    """Every asset of the catalog, fetched once (a no-op when the cache is warm)."""
+    """Every asset of the catalog, fetched (and split models made) once; a no-op when the
+    cache is warm."""
     fetch_assets()
-    return {a.name: asset_path(a) for a in ASSETS}
+    return {a.name: asset_path(a) for a in [*ASSETS, *SPLITS]}
 
 
 @pytest.fixture(scope="session")

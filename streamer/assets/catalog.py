@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ASSETS", "Asset"]
+__all__ = ["ASSETS", "SPLITS", "Asset", "Split"]
 
 
 @dataclass(frozen=True)
@@ -139,3 +139,46 @@ ASSETS: tuple[Asset, ...] = (
         sdist=True,
     ),
 )
+
+
+@dataclass(frozen=True)
+class Split:
+    """A model cut out of a fetched model asset at intermediate tensors (made, not fetched:
+    :mod:`streamer.assets.split`), stored as ``models/<name>.onnx``.
+
+    Attributes:
+        name: the derived asset's name.
+        source: the model asset it is cut from.
+        inputs: the tensors of ``source`` that become its inputs.
+        outputs: the tensors of ``source`` that become its outputs.
+        kind: always ``split`` (listed beside the fetched assets).
+    """
+
+    name: str
+    source: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    kind: Literal["split"] = "split"
+
+
+_BLAZEFACE_FEATURES = ("activation_11", "activation_16")
+"""Short-range BlazeFace's two feature maps: (batch, 88, 16, 16) after the 16x16 blocks and
+(batch, 96, 8, 8) after the 8x8 blocks, read by its SSD head's classifier and regressor
+convolutions."""
+
+SPLITS: tuple[Split, ...] = (
+    Split(
+        "blazeface_short_range.backbone",
+        "blazeface_short_range",
+        ("input",),
+        _BLAZEFACE_FEATURES,
+    ),
+    Split(
+        "blazeface_short_range.head",
+        "blazeface_short_range",
+        _BLAZEFACE_FEATURES,
+        ("regressors", "classificators"),
+    ),
+)
+"""BlazeFace (short range) as a backbone → head chain: the two feature maps go from one model
+to the other through the ``tensor`` adapter (``configs/blazeface_split.toml``)."""

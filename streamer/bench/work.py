@@ -92,8 +92,11 @@ class FrameWork(Closing):
 
     def __init__(self, config: Config) -> None:
         model = config.models[0]
-        if model.preprocess is None:
-            raise ConfigError("streamer bench needs models[0] to have a [models.preprocess]")
+        if model.preprocess is None or model.postprocess is None:
+            raise ConfigError(
+                "streamer bench needs models[0] to have a [models.preprocess] and a "
+                "[models.postprocess] (one model that reads the frame)"
+            )
         spec = ModelSpec(
             name=model.name,
             path=config.model_path(model),

@@ -33,14 +33,18 @@ import numpy as np
 from streamer.config import PluginConfig
 from streamer.errors import FrameError
 from streamer.lifecycle import Closing
+from streamer.runtime.ops.base import Operators
 
 __all__ = [
     "Backend",
+    "DeviceTensor",
     "InferenceOutputs",
     "ModelInfo",
     "ModelSpec",
     "QueueModel",
+    "Tensor",
     "TensorInfo",
+    "release_inputs",
 ]
 
 DYNAMIC = -1
@@ -77,6 +81,50 @@ class TensorInfo:
         if any(d < 0 for d in dims):
             raise ValueError(f"tensor {self.name!r} has dynamic dims {self.shape}")
         return int(np.prod(dims, dtype=np.int64)) * self.dtype.itemsize
+
+
+class DeviceTensor(abc.ABC):
+    """One batch-first model output left in a backend's device memory, so the next model of
+    a ``:tensor`` chain on the same device takes it as an input without a copy to the host.
+
+    Ownership: the model that produced it owns the memory until :meth:`release`. A model
+    whose :meth:`QueueModel.enqueue` is given device tensors takes that ownership over on
+    every path (also when it refuses the batch or raises) and releases them once the
+    execution that reads them is done; a pipeline that drops a batch without enqueueing it
+    releases them itself (:func:`release_inputs`). Releasing twice is harmless.
+
+    Attributes:
+        shape: dims as executed, batch first.
+        dtype: element type.
+        device: the device id whose memory holds it.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    device: int
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @abc.abstractmethod
+    def release(self) -> None:
+        """Give the memory back to the model that produced it; idempotent, any thread.
+
+        Raises:
+            BackendError: the backend failed to release it.
+        """
+
+
+Tensor = np.ndarray | DeviceTensor
+"""A model input or output: a host array, or (``ModelSpec.device_outputs``) device memory."""
+
+
+def release_inputs(inputs: Sequence[Tensor]) -> None:
+    """Release the device tensors among ``inputs``: a batch dropped without being enqueued."""
+    for tensor in inputs:
+        if isinstance(tensor, DeviceTensor):
+            tensor.release()
 
 
 @dataclass(frozen=True)
@@ -138,6 +186,10 @@ class ModelSpec:
         preprocess: the model's ``[models.preprocess]`` table (``kind`` and parameters), for
             a backend that composes the preprocessing into the model (onnxruntime with
             letterbox ``normalize = "model"``); None for stages fed by another stage.
+        device_outputs: the outputs feed the next model of a ``:tensor`` chain: a backend
+            with device memory (ACL) leaves them there and :meth:`QueueModel.dequeue` returns
+            :class:`DeviceTensor` objects; onnxruntime returns its arrays as always (host
+            memory is what the next session reads).
     """
 
     name: str
@@ -148,6 +200,7 @@ class ModelSpec:
     batch_gears: tuple[int, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
     preprocess: PluginConfig | None = None
+    device_outputs: bool = False
 
 
 @dataclass(slots=True)
@@ -156,13 +209,14 @@ class InferenceOutputs:
 
     Attributes:
         outputs: one array per model output, in ``ModelInfo.outputs`` order, batch first,
-            batch size as enqueued; None when ``error`` is set.
+            batch size as enqueued (:class:`DeviceTensor` objects for a model loaded with
+            ``device_outputs`` on a backend with device memory); None when ``error`` is set.
         error: why this batch failed (reason ``inference_failed``); the frames of this batch
             get error results and the pipeline goes on.
         start_ns, end_ns: ``time.monotonic_ns()`` around the execution, for the latency split.
     """
 
-    outputs: tuple[np.ndarray, ...] | None
+    outputs: tuple[Tensor, ...] | None
     error: FrameError | None = None
     start_ns: int = 0
     end_ns: int = 0
@@ -182,12 +236,14 @@ class QueueModel(Closing, abc.ABC):
         """Prepare the calling thread to enqueue or dequeue (ACL: ``acl.rt.set_context``)."""
 
     @abc.abstractmethod
-    def enqueue(self, inputs: Sequence[np.ndarray]) -> None:
+    def enqueue(self, inputs: Sequence[Tensor]) -> None:
         """Submit one batch.
 
         Args:
             inputs: one C-contiguous array per model input, in ``ModelInfo.inputs`` order,
                 batch first; the batch size must be one of ``info.batch_gears`` (if any).
+                An input may be a :class:`DeviceTensor` of the same backend and device (the
+                previous model's output in a ``:tensor`` chain); the model then owns it.
 
         Blocks while ``max_in_flight`` batches are outstanding (backpressure). A failure of
         this batch alone is reported by :meth:`dequeue` in this batch's position.
@@ -209,7 +265,6 @@ class QueueModel(Closing, abc.ABC):
         """Release the model's resources. Idempotent."""
 
 
-
 class Backend(Closing, abc.ABC):
     """An inference runtime that loads models into :class:`QueueModel` objects."""
 
@@ -225,6 +280,10 @@ class Backend(Closing, abc.ABC):
         """
 
     @abc.abstractmethod
+    def operators(self) -> Operators:
+        """The backend's single operators for post-processing (NMS, top-k): the same object
+        on every call, released by :meth:`close`."""
+
+    @abc.abstractmethod
     def close(self) -> None:
         """Release the runtime (after every model is closed). Idempotent."""
-

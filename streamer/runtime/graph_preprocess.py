@@ -15,6 +15,10 @@ Nodes prepended, in order: ``Cast`` (uint8 → the model input's float type), ``
 channel axis (only when the channel order changes), ``Sub``, ``Mul``, and ``Transpose``
 (NHWC → NCHW, only when the model is NCHW). The original input keeps its name as the output
 of the last node, so the rest of the graph is unchanged.
+
+:func:`prepend_runtime_normalization` builds the same nodes with the offset, scale and channel
+order as graph inputs given on every run, one offset and scale per image of the batch: the
+simulator's dynamic AIPP, whose parameters arrive with each execution.
 """
 
 from __future__ import annotations
@@ -26,9 +30,26 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["InputNormalization", "prepend_normalization"]
+__all__ = [
+    "RUNTIME_OFFSET",
+    "RUNTIME_ORDER",
+    "RUNTIME_SCALE",
+    "InputNormalization",
+    "prepend_normalization",
+    "prepend_runtime_normalization",
+]
 
 _PREFIX = "streamer_preprocess"
+
+RUNTIME_OFFSET = f"{_PREFIX}/offset"
+"""Input of :func:`prepend_runtime_normalization`: float (N, 1, 1, 3), per image and model
+channel."""
+RUNTIME_SCALE = f"{_PREFIX}/scale"
+"""Input of :func:`prepend_runtime_normalization`: float (N, 1, 1, 3), per image and model
+channel."""
+RUNTIME_ORDER = f"{_PREFIX}/order"
+"""Input of :func:`prepend_runtime_normalization`: int64 (3,), the source channel of each
+model channel (``[2, 1, 0]`` swaps R and B, ``[0, 1, 2]`` keeps the order)."""
 
 
 @dataclass(frozen=True)
@@ -80,25 +101,105 @@ def prepend_normalization(model: onnx.ModelProto, norm: InputNormalization) -> o
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    graph = out.graph
+    float_type = _first_data_input(out.graph).type.tensor_type.elem_type
+    dtype = helper.tensor_dtype_to_np_dtype(float_type)
+    names = _Names(
+        f"{_PREFIX}/offset", f"{_PREFIX}/scale", f"{_PREFIX}/order" if norm.swap_rb else None
+    )
+    inits = [
+        numpy_helper.from_array(np.asarray(norm.offset, dtype), names.offset),
+        numpy_helper.from_array(np.asarray(norm.scale, dtype), names.scale),
+    ]
+    if names.order is not None:
+        inits.append(numpy_helper.from_array(np.array([2, 1, 0], np.int64), names.order))
+    _prepend(out.graph, norm.layout, names)
+    out.graph.initializer.extend(inits)
+    return out
+
+
+def prepend_runtime_normalization(
+    model: onnx.ModelProto, layout: Literal["NCHW", "NHWC"]
+) -> onnx.ModelProto:
+    """A copy of ``model`` whose first input is uint8 NHWC pixels, normalised in the graph
+    with parameters given on every run.
+
+    Args:
+        model: as for :func:`prepend_normalization`, first input in ``layout``.
+        layout: the original first input's layout.
+
+    Returns:
+        The rewritten model: first input uint8 (N, H, W, 3) as for
+        :func:`prepend_normalization`, then the inputs :data:`RUNTIME_OFFSET` and
+        :data:`RUNTIME_SCALE` (the model's float type, (N, 1, 1, 3): image ``n`` gets
+        ``(x[..., order] - offset[n]) * scale[n]``) and :data:`RUNTIME_ORDER` (int64 (3,));
+        every other input and output as before.
+
+    Raises:
+        ValueError: the first input is not a 4-D float tensor with 3 channels.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    original = _first_data_input(out.graph)
+    float_type = original.type.tensor_type.elem_type
+    batch = original.type.tensor_type.shape.dim[0]
+    per_image = [batch, _dim(1), _dim(1), _dim(3)]
+    params = [
+        _value_info(RUNTIME_OFFSET, float_type, per_image),
+        _value_info(RUNTIME_SCALE, float_type, per_image),
+        _value_info(RUNTIME_ORDER, TensorProto.INT64, [_dim(3)]),
+    ]
+    _prepend(out.graph, layout, _Names(RUNTIME_OFFSET, RUNTIME_SCALE, RUNTIME_ORDER))
+    for index, value in enumerate(params, start=1):
+        out.graph.input.insert(index, value)
+    return out
+
+
+@dataclass(frozen=True)
+class _Names:
+    """Where the prepended nodes read the offset, the scale and the channel order (None: no
+    ``Gather``) from."""
+
+    offset: str
+    scale: str
+    order: str | None
+
+
+def _prepend(graph: onnx.GraphProto, layout: Literal["NCHW", "NHWC"], names: _Names) -> None:
+    """Replace the first input of ``graph`` by uint8 NHWC pixels and prepend the nodes.
+
+    Raises:
+        ValueError: the first input is not a 4-D float tensor with 3 channels, or is also a
+            graph output.
+    """
     original = _first_data_input(graph)
     float_type = original.type.tensor_type.elem_type
     dims = list(original.type.tensor_type.shape.dim)
-    nhwc = dims if norm.layout == "NHWC" else [dims[0], dims[2], dims[3], dims[1]]
+    nhwc = dims if layout == "NHWC" else [dims[0], dims[2], dims[3], dims[1]]
     _check_channels(original.name, nhwc[3])
     pixels = f"{original.name}"
     internal = f"{_PREFIX}/{original.name}"
-    nodes, inits = _nodes(pixels, internal, float_type, norm)
+    nodes = _nodes(pixels, internal, float_type, layout, names)
     _rename_uses(graph, original.name, internal)
     rest = list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes + rest)
-    graph.initializer.extend(inits)
-    new_input = helper.make_tensor_value_info(pixels, TensorProto.UINT8, None)
-    new_input.type.tensor_type.shape.dim.extend(nhwc)
+    new_input = _value_info(pixels, TensorProto.UINT8, nhwc)
     graph.input.remove(original)
     graph.input.insert(0, new_input)
-    return out
+
+
+def _value_info(
+    name: str, elem_type: int, dims: list[onnx.TensorShapeProto.Dimension]
+) -> onnx.ValueInfoProto:
+    value = helper.make_tensor_value_info(name, elem_type, None)
+    value.type.tensor_type.shape.dim.extend(dims)
+    return value
+
+
+def _dim(size: int) -> onnx.TensorShapeProto.Dimension:
+    dim = onnx.TensorShapeProto.Dimension()
+    dim.dim_value = size
+    return dim
 
 
 def _first_data_input(graph: onnx.GraphProto) -> onnx.ValueInfoProto:
@@ -124,27 +225,21 @@ def _check_channels(name: str, dim: onnx.TensorShapeProto.Dimension) -> None:
 
 
 def _nodes(
-    pixels: str, result: str, float_type: int, norm: InputNormalization
-) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    pixels: str, result: str, float_type: int, layout: Literal["NCHW", "NHWC"], names: _Names
+) -> list[onnx.NodeProto]:
     """Cast → [Gather] → Sub → Mul → [Transpose], from ``pixels`` to ``result``."""
-    dtype = helper.tensor_dtype_to_np_dtype(float_type)
     name = f"{_PREFIX}/"
-    inits = [
-        numpy_helper.from_array(np.asarray(norm.offset, dtype), name + "offset"),
-        numpy_helper.from_array(np.asarray(norm.scale, dtype), name + "scale"),
-    ]
     nodes = [helper.make_node("Cast", [pixels], [name + "cast"], to=float_type)]
     current = name + "cast"
-    if norm.swap_rb:
-        inits.append(numpy_helper.from_array(np.array([2, 1, 0], np.int64), name + "order"))
-        nodes.append(helper.make_node("Gather", [current, name + "order"], [name + "bgr"], axis=3))
+    if names.order is not None:
+        nodes.append(helper.make_node("Gather", [current, names.order], [name + "bgr"], axis=3))
         current = name + "bgr"
-    nodes.append(helper.make_node("Sub", [current, name + "offset"], [name + "centred"]))
-    last = result if norm.layout == "NHWC" else name + "scaled"
-    nodes.append(helper.make_node("Mul", [name + "centred", name + "scale"], [last]))
-    if norm.layout == "NCHW":
+    nodes.append(helper.make_node("Sub", [current, names.offset], [name + "centred"]))
+    last = result if layout == "NHWC" else name + "scaled"
+    nodes.append(helper.make_node("Mul", [name + "centred", names.scale], [last]))
+    if layout == "NCHW":
         nodes.append(helper.make_node("Transpose", [last], [result], perm=[0, 3, 1, 2]))
-    return nodes, inits
+    return nodes
 
 
 def _rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:

@@ -42,6 +42,7 @@ from streamer.runtime.base import (
     TensorInfo,
 )
 from streamer.runtime.graph_preprocess import InputNormalization, prepend_normalization
+from streamer.runtime.ops.onnx_ops import OnnxOperators
 
 __all__ = [
     "OnnxBackend",
@@ -132,12 +133,21 @@ class OnnxBackend(Backend):
 
     def __init__(self, config: RuntimeConfig) -> None:
         self._options = dict(config.options)
+        self._operators = OnnxOperators(
+            list(self._options.get("providers", ["CPUExecutionProvider"])),
+            int(self._options.get("intra_op_threads", 0)),
+        )
 
     def load(self, spec: ModelSpec) -> OnnxModel:
         return OnnxModel(spec, open_session(spec, {**self._options, **spec.options}))
 
+    def operators(self) -> OnnxOperators:
+        """NMS and top-k as single-node graphs, on the configured providers and threads."""
+        return self._operators
+
     def close(self) -> None:
-        """Nothing to release: sessions belong to their models."""
+        """Drop the operators' sessions; the models' sessions belong to the models."""
+        self._operators.close()
 
 
 class _GraphPreprocess(BaseModel):

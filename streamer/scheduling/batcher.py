@@ -3,13 +3,14 @@
 It takes prepared frames in arrival order and groups them by input shape (frames of
 different resolution gears never share a batch). A group is flushed when it holds
 ``max_size`` frames, when its oldest frame has waited ``max_delay_ms`` since it was received
-(the *deadline*), or when a marker (end of stream, swap, stop) comes. After a deadline it
+(the *deadline*), or when a marker (end of stream, stop) comes. After a deadline it
 still takes every frame already waiting before it flushes, so batches grow on their own under
 load. A flushed group is cut into executions at the model's gears
 (:meth:`BatchPolicy.plan`), each stacked into one padded array and handed to the
 :class:`~streamer.scheduling.replica.Dispatcher`, whose replicas' enqueue threads feed the
 models. Failed frames and end-of-stream markers go straight on towards egress, which puts
-every source back in order.
+every source back in order. A ``tensor`` stage's batcher groups nothing: each upstream batch
+it takes is dispatched as it is, to a replica on the device that holds its inputs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,9 +27,9 @@ import numpy as np
 from streamer.errors import BackendError, FrameError, Reason
 from streamer.frames import STOP, Batch, Frame
 from streamer.lifecycle import Worker
+from streamer.runtime.base import Tensor, release_inputs
 from streamer.scheduling.policy import BatchPolicy
 from streamer.scheduling.replica import Dispatcher
-from streamer.scheduling.swap import StageSwap
 
 __all__ = ["Batcher", "Inbox"]
 
@@ -58,11 +60,12 @@ class Batcher(Worker):
 
     Args:
         name: the stage's name (names the thread).
-        dispatcher: sends each batch to a replica; :data:`STOP` and :class:`StageSwap`
-            markers are broadcast to every replica.
+        dispatcher: sends each batch to a replica; :data:`STOP` is broadcast to every
+            replica.
         policy: batch size, deadline and gears.
-        inbox: frames (whose preprocessing may still be ``pending``), end-of-stream and
-            :class:`StageSwap` markers and finally :data:`STOP`, in arrival order.
+        inbox: frames (whose preprocessing may still be ``pending``), or for a ``tensor``
+            stage the upstream's batches (their frames' ``handover`` holds the inputs),
+            end-of-stream markers and finally :data:`STOP`, in arrival order.
         outbox: towards egress: failed frames (as one-frame batches) and end-of-stream
             markers, which need no model.
         abort: set when the pipeline gives up draining; the thread then returns at once.
@@ -97,16 +100,14 @@ class Batcher(Worker):
                 self._flush_due()
             elif isinstance(item, Frame):
                 self._add(item)
+            elif isinstance(item, Batch):
+                self._hand_over(item)
             else:
                 self._flush_all()
                 if item is STOP:
                     self._dispatcher.broadcast(STOP)
                     return
-                if isinstance(item, StageSwap):
-                    self._policy = item.policy
-                    self._dispatcher.broadcast(item)
-                else:
-                    self._outbox.put(item)
+                self._outbox.put(item)
 
     def _take(self) -> Any:
         """Next item; ``_EMPTY`` when a group is due and nothing more is waiting."""
@@ -167,18 +168,30 @@ class Batcher(Worker):
             batch = Batch(frames[start : start + execution.frames])
             batch.good, batch.rows = list(batch.frames), execution.rows
             start += execution.frames
-            self._enqueue(batch)
+            self._enqueue(batch, [self._stack(batch)])
 
-    def _enqueue(self, batch: Batch) -> None:
+    def _hand_over(self, batch: Batch) -> None:
+        """Run an upstream stage's batch as it is (the ``tensor`` adapter), on a replica of
+        the device that holds its inputs."""
+        handover = batch.good[0].handover
+        for frame in batch.good:
+            frame.handover = None
+        self._enqueue(batch, handover.inputs, handover.device)
+
+    def _enqueue(self, batch: Batch, inputs: Sequence[Tensor], device: int | None = None) -> None:
+        """Dispatch; without a replica to run it the batch fails, and the thread ends when
+        every replica of the stage has failed."""
         try:
-            self._dispatcher.dispatch(batch, self._stack(batch))
+            self._dispatcher.dispatch(batch, inputs, device)
         except BackendError as exc:
+            release_inputs(inputs)
             error = FrameError(Reason.INFERENCE_FAILED, str(exc))
             for frame in batch.good:
                 frame.fail(error)
             batch.good = []
             self._outbox.put(batch)
-            raise
+            if not any(r.failed is None for r in self._dispatcher.replicas):
+                raise
 
     @staticmethod
     def _stack(batch: Batch) -> np.ndarray:

@@ -7,7 +7,9 @@ on error, else into the next stage. A *single* stage runs the frame itself (its 
 crops of the upstream detections), made here and batched across frames; when the last item
 of a frame is back the stage's ``finish`` folds them into the frame's results. A frame with
 no items for a stage (no upstream detection) skips it, and is still published once. An item
-that fails fails its frame with that stage named in the detail.
+that fails fails its frame with that stage named in the detail. A *tensor* stage
+(:mod:`streamer.scheduling.tensor_link`) takes each finished batch of the stage before it
+whole, its frames' ``handover`` holding the inputs; the batch's failed frames go to egress.
 
 Thread-safe: the batcher and dequeue threads of every stage call :meth:`ChainRouter.put`.
 """
@@ -35,11 +37,13 @@ class ChainStage:
         name: the stage's (model's) name.
         items: its item logic, or None for a single stage (the frame is the item).
         inbox: where its batcher takes items from (stage 0's is fed by admission instead).
+        tensor: it takes the previous stage's batches through the ``tensor`` adapter.
     """
 
     name: str
     items: ItemStage | None
     inbox: Any
+    tensor: bool = False
 
 
 class ChainRouter:
@@ -71,6 +75,9 @@ class ChainRouter:
             self._release_images(item.frames)
             self._results.put(item)  # the whole batch, as the metrics like it
             return
+        if index + 1 < len(self._stages) and self._stages[index + 1].tensor:
+            self._hand_over(index + 1, item)
+            return
         for frame in item.frames:
             if frame.parent is not None:
                 self._item_done(index, frame)
@@ -85,12 +92,29 @@ class ChainRouter:
         while index < len(self._stages) and frame.error is None:
             stage = self._stages[index]
             if stage.items is None:
-                raise AssertionError("a single stage can only start the chain")
+                raise AssertionError("single and tensor stages take batches, not one frame")
             if self._start_items(frame, stage, index):
                 return
             index += 1
         self._release_images([frame])
         self._results.put(Batch([frame]))
+
+    def _hand_over(self, index: int, batch: Batch) -> None:
+        """Stage ``index`` takes ``batch`` as it is (the ``tensor`` adapter): its frames with
+        a handover, in row order, with its rows; the others failed and go to egress (any
+        handover they hold is released)."""
+        good = [f for f in batch.good if f.error is None and f.handover is not None]
+        kept = {id(f) for f in good}
+        failed = [f for f in batch.frames if id(f) not in kept]
+        for frame in failed:
+            if frame.handover is not None:
+                frame.handover.release()
+                frame.handover = None
+        if failed:
+            self._release_images(failed)
+            self._results.put(Batch(failed))
+        if good:
+            self._stages[index].inbox.put(Batch(good, list(good), batch.rows))
 
     def _start_items(self, frame: Frame, stage: ChainStage, index: int) -> bool:
         """Queue the frame's items for ``stage``; False when it has none (skip the stage)."""

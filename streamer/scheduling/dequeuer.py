@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
 
 from streamer.errors import BackendError, FrameError, Reason
-from streamer.frames import STOP, Batch
+from streamer.frames import STOP, Batch, Frame
 from streamer.lifecycle import Worker
-from streamer.runtime.base import InferenceOutputs
+from streamer.runtime.base import InferenceOutputs, Tensor
 from streamer.scheduling.replica import Replica
-from streamer.scheduling.swap import Postprocess, StageSwap
 
 __all__ = ["Dequeuer", "Postprocess"]
+
+Postprocess = Callable[[Sequence[Tensor], list[Frame]], None]
+"""Fills ``frame.results`` (or for a stage that feeds a ``tensor`` stage, ``frame.handover``)
+of each frame from the batch-first model outputs (rows in frame order; padding rows after
+them)."""
 
 _POLL_MS = 100
 _log = structlog.get_logger(__name__)
@@ -68,9 +73,7 @@ class Dequeuer(Worker):
                 continue
             if item is STOP:
                 return
-            if isinstance(item, StageSwap):
-                self._swap(item)
-            elif isinstance(item, Batch):
+            if isinstance(item, Batch):
                 self._finish(item)
 
     def _finish(self, batch: Batch) -> None:
@@ -83,11 +86,6 @@ class Dequeuer(Worker):
             self._replica.refuse(batch)
         self._replica.finished()
         self._outbox.put(batch)
-
-    def _swap(self, swap: StageSwap) -> None:
-        self._model, self._postprocess = swap.models[self._replica.index], swap.postprocess
-        self._model.attach_thread()
-        swap.replica_switched()
 
     def _wait_outputs(self) -> InferenceOutputs | None:
         while not self._abort.is_set():

@@ -9,13 +9,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from streamer.errors import BackendError
 from streamer.frames import STOP, Batch
 from streamer.lifecycle import Worker
+from streamer.runtime.base import Tensor, release_inputs
 from streamer.scheduling.replica import Replica
-from streamer.scheduling.swap import StageSwap
 
 __all__ = ["Enqueuer"]
 
@@ -48,21 +49,19 @@ class Enqueuer(Worker):
             if item is STOP:
                 replica.ledger.put(STOP)
                 return
-            if isinstance(item, StageSwap):
-                replica.ledger.put(item)
-                replica.model = item.models[replica.index]
-                replica.model.attach_thread()
-                continue
-            batch, stacked = item
-            self._enqueue(batch, stacked)
+            batch, inputs = item
+            self._enqueue(batch, inputs)
 
-    def _enqueue(self, batch: Batch, stacked: Any) -> None:
+    def _enqueue(self, batch: Batch, inputs: Sequence[Tensor]) -> None:
+        """Enqueue, or refuse the batch on a failed replica (its device inputs released)."""
         replica = self._replica
-        if replica.failed is None:
+        if replica.failed is not None:
+            release_inputs(inputs)
+        else:
             for frame in batch.good:
                 frame.batched_at_ns = time.monotonic_ns()
             try:
-                replica.model.enqueue([stacked])
+                replica.model.enqueue(inputs)
             except BackendError as exc:
                 replica.fail(str(exc))
         if replica.failed is not None:

@@ -68,6 +68,11 @@ class BatchPolicy:
             gears = default_gears(config.max_size)
         return cls(config.max_size, int(config.max_delay_ms * 1e6), gears, config.strategy)
 
+    @property
+    def executed_sizes(self) -> tuple[int, ...]:
+        """Every batch size its executions can have: the gears, or 1 to ``max_size``."""
+        return self.gears or tuple(range(1, self.max_size + 1))
+
     def plan(self, frames: int) -> list[Execution]:
         """The executions for a batch of ``frames`` frames (1 <= frames)."""
         if not self.gears:

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import structlog
 
 from streamer.errors import BackendError, FrameError, Reason
 from streamer.frames import Batch
-from streamer.runtime.base import QueueModel
+from streamer.runtime.base import QueueModel, Tensor
 
 __all__ = ["Dispatcher", "Replica", "every_replica_failed"]
 
@@ -110,17 +110,18 @@ class Dispatcher:
         self._abort = abort
         self._next = 0
 
-    def dispatch(self, batch: Batch, stacked: np.ndarray) -> None:
-        """Queue ``batch`` (its input ``stacked``) on the least busy live replica.
+    def dispatch(self, batch: Batch, inputs: Sequence[Tensor], device: int | None = None) -> None:
+        """Queue ``batch`` (its model ``inputs``) on the least busy live replica, on
+        ``device`` when given (inputs in that device's memory).
 
         Raises:
-            BackendError: every replica of the stage has failed.
+            BackendError: every replica of the stage has failed, or every one on ``device``.
         """
         while not self._abort.is_set():
-            replica = self._pick()
+            replica = self._pick(device)
             replica.took()
             try:
-                replica.submit.put((batch, stacked), timeout=_POLL_S)
+                replica.submit.put((batch, inputs), timeout=_POLL_S)
                 return
             except queue.Full:
                 replica.finished()
@@ -135,10 +136,14 @@ class Dispatcher:
                 except queue.Full:
                     continue
 
-    def _pick(self) -> Replica:
+    def _pick(self, device: int | None) -> Replica:
         live = [r for r in self.replicas if r.failed is None]
         if not live:
             raise BackendError(every_replica_failed(self.replicas))
+        if device is not None:
+            live = [r for r in live if r.device == device]
+            if not live:
+                raise BackendError(f"no live replica on device {device}")
         self._next = (self._next + 1) % len(live)
         rotated = live[self._next :] + live[: self._next]
         return min(rotated, key=lambda r: r.in_flight)

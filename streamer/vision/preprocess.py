@@ -19,14 +19,18 @@ input, keeping its aspect ratio, centres it and pads the borders::
                          # has no resolution gears; with gears, pins every frame to that gear
     normalize = "host"   # where (x / 255 - mean) / std, the colour swap and the layout change
                          # happen: "host" (default, here), "model" (onnxruntime composes them
-                         # into the graph at load time) or "device" (ACL static AIPP baked
-                         # into the .om by ATC; see ``streamer models aipp``)
+                         # into the graph at load time) or "device" (ACL AIPP; see
+                         # ``streamer models aipp``)
+    aipp = "static"      # with normalize = "device": "static" (the parameters baked into the
+                         # .om by ATC) or "dynamic" (an .om built with aipp_mode: dynamic; the
+                         # ACL backend sets the parameters on every execution)
 
 With ``normalize = "model"`` or ``"device"`` the host only resizes and pads: the tensor is the
 resized image as uint8 (h, w, 3) in the decoded BGR order with ``pad_value`` borders, and the
 model's first input must be uint8 NHWC with 3 channels (the rewritten graph, or the AIPP
 input of the .om). ``color``, ``mean``, ``std`` and ``layout`` then describe what the graph or
-AIPP does; the results match host normalisation up to float rounding (issue 9).
+AIPP does; the results match host normalisation up to float rounding (issue 9). ``aipp`` is
+only meaningful with ``normalize = "device"``.
 
 For a model with resolution gears (ACL ``--dynamic_image_size``, or ``--dynamic_dims`` gears
 that set the input's H and W) each frame is letterboxed into the gear whose aspect ratio is
@@ -41,7 +45,7 @@ from typing import Literal, Protocol
 
 import cv2
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo
@@ -174,6 +178,16 @@ class LetterboxParams(PluginParams):
         None, description="(height, width) for dynamic inputs; with gears, one of them"
     )
     normalize: Literal["host", "model", "device"] = "host"
+    aipp: Literal["static", "dynamic"] = "static"
+
+    @model_validator(mode="after")
+    def _aipp_on_the_device(self) -> LetterboxParams:
+        if self.aipp == "dynamic" and self.normalize != "device":
+            raise ValueError(
+                f'aipp = "dynamic" sets AIPP parameters on the device and needs normalize = '
+                f'"device", not {self.normalize!r}'
+            )
+        return self
 
     def per_channel(self) -> tuple[np.ndarray, np.ndarray]:
         """``mean`` and ``std`` as float64 (3,) arrays, in the model's channel order.
@@ -353,12 +367,13 @@ def _pixel_geometry(params: LetterboxParams, info: ModelInfo) -> tuple[tuple[Siz
     """
     tensor = info.inputs[0]
     if tensor.dtype != np.uint8 or tensor.shape[3] not in (3, -1):
-        how = (
-            "the onnxruntime backend rewrites the graph to take them"
-            if params.normalize == "model"
-            else "the .om needs static AIPP (ATC --insert_op_conf; the simulator's manifest "
-            "`aipp` section)"
-        )
+        how = {
+            "model": "the onnxruntime backend rewrites the graph to take them",
+            "static": "the .om needs static AIPP (ATC --insert_op_conf; the simulator's "
+            "manifest `aipp` section)",
+            "dynamic": "the .om needs dynamic AIPP (ATC --insert_op_conf with aipp_mode: "
+            "dynamic; the simulator's manifest `aipp` section)",
+        }[params.normalize if params.normalize == "model" else params.aipp]
         raise ConfigError(
             f"normalize: {params.normalize!r} sends uint8 NHWC pixels and {how}; input "
             f"{tensor.name!r} is {list(tensor.shape)} {tensor.dtype}"

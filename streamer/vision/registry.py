@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from streamer.config import PluginConfig
 from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo
+from streamer.runtime.ops.base import Operators
 
 if TYPE_CHECKING:
     from streamer.vision.postprocess import Postprocessor
@@ -56,11 +57,15 @@ class RegistryEntry(Generic[T]):
         params: the pydantic model its parameters are validated with.
         factory: builds the plug-in from validated params and the model's :class:`ModelInfo`;
             may raise :class:`ConfigError` when the params do not fit the model.
+        operators: the factory takes a third argument, the pipeline backend's
+            :class:`~streamer.runtime.ops.Operators` (or None where there is no backend),
+            for plug-ins that run single operators (``nms = "operator"``).
     """
 
     name: str
     params: type[PluginParams]
-    factory: Callable[[Any, ModelInfo], T]
+    factory: Callable[..., T]
+    operators: bool = False
 
 
 class Registry(Generic[T]):
@@ -81,8 +86,11 @@ class Registry(Generic[T]):
         self._lock = threading.Lock()
         self._entries: dict[str, RegistryEntry[T]] = {}
 
-    def register(self, name: str, params: type[PluginParams]) -> Callable[[F], F]:
-        """Decorator: register a factory (a class or a function) under ``name``.
+    def register(
+        self, name: str, params: type[PluginParams], *, operators: bool = False
+    ) -> Callable[[F], F]:
+        """Decorator: register a factory (a class or a function) under ``name``; with
+        ``operators`` the factory also takes the backend's operators (:class:`RegistryEntry`).
 
         Raises:
             ValueError: ``name`` is already registered (a programming error, not a config one).
@@ -92,7 +100,7 @@ class Registry(Generic[T]):
             with self._lock:
                 if name in self._entries:
                     raise ValueError(f"{self.kind} {name!r} is already registered")
-                self._entries[name] = RegistryEntry(name, params, factory)
+                self._entries[name] = RegistryEntry(name, params, factory, operators)
             return factory
 
         return decorate
@@ -119,13 +127,21 @@ class Registry(Generic[T]):
             raise ConfigError(f"unknown {self.kind} {name!r}; known: {known}")
         return entry
 
-    def create(self, cfg: PluginConfig, info: ModelInfo, where: str) -> T:
+    def create(
+        self,
+        cfg: PluginConfig,
+        info: ModelInfo,
+        where: str,
+        operators: Operators | None = None,
+    ) -> T:
         """Validate ``cfg``'s parameters and build the plug-in for the model ``info``.
 
         Args:
             cfg: the config table (``kind`` and parameters).
             info: the loaded model the plug-in serves.
             where: the config location, e.g. ``models[0].postprocess``, used in messages.
+            operators: the backend's single operators, handed to plug-ins registered with
+                ``operators=True``.
 
         Raises:
             ConfigError: unknown ``kind``, an invalid or unknown parameter, or parameters that
@@ -136,8 +152,9 @@ class Registry(Generic[T]):
         except ConfigError as exc:
             raise ConfigError(f"{where}.kind: {exc}") from exc
         params = _validate(entry, cfg.params(), where)
+        extra = (operators,) if entry.operators else ()
         try:
-            return entry.factory(params, info)
+            return entry.factory(params, info, *extra)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {cfg.kind}: {exc}") from exc
 

@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import Field
 
 from streamer.runtime.base import ModelInfo
+from streamer.runtime.ops.base import Operators
 from streamer.vision.crops import CropParams, Crops
 from streamer.vision.mtcnn import ONet, ONetParams, PNet, PNetParams, RNet, RNetParams
 from streamer.vision.mtcnn.layout import PROBABILITY, REGRESSION, split_outputs, to_tensor
@@ -87,8 +88,10 @@ def _crop_items(
 class PNetStage:
     """MTCNN's P-Net over fixed pyramid gears."""
 
-    def __init__(self, params: PNetParams, info: ModelInfo) -> None:
-        self._pnet = PNet(params)
+    def __init__(
+        self, params: PNetParams, info: ModelInfo, operators: Operators | None = None
+    ) -> None:
+        self._pnet = PNet(params, operators)
 
     def items(
         self, image: np.ndarray, results: dict[str, Any]
@@ -111,8 +114,10 @@ class PNetStage:
 class RNetStage:
     """MTCNN's R-Net on a crop of every detection; its boxes replace the detections."""
 
-    def __init__(self, params: RNetParams, info: ModelInfo) -> None:
-        self._rnet = RNet(params)
+    def __init__(
+        self, params: RNetParams, info: ModelInfo, operators: Operators | None = None
+    ) -> None:
+        self._rnet = RNet(params, operators)
 
     def items(
         self, image: np.ndarray, results: dict[str, Any]
@@ -141,8 +146,10 @@ class ONetStageParams(ONetParams):
 class ONetStage:
     """MTCNN's O-Net on a crop of every detection."""
 
-    def __init__(self, params: ONetStageParams, info: ModelInfo) -> None:
-        self._onet = ONet(ONetParams(**params.model_dump(exclude={"merge"})))
+    def __init__(
+        self, params: ONetStageParams, info: ModelInfo, operators: Operators | None = None
+    ) -> None:
+        self._onet = ONet(ONetParams(**params.model_dump(exclude={"merge"})), operators)
         self._merge = params.merge
 
     def items(
@@ -204,7 +211,7 @@ class FaceClassifier:
 ITEM_STAGES: Registry[ItemStage] = Registry("item stage")
 """Item stages by ``postprocess.kind``."""
 
-ITEM_STAGES.register("mtcnn_pnet", PNetParams)(PNetStage)
-ITEM_STAGES.register("mtcnn_rnet", RNetParams)(RNetStage)
-ITEM_STAGES.register("mtcnn_onet", ONetStageParams)(ONetStage)
+ITEM_STAGES.register("mtcnn_pnet", PNetParams, operators=True)(PNetStage)
+ITEM_STAGES.register("mtcnn_rnet", RNetParams, operators=True)(RNetStage)
+ITEM_STAGES.register("mtcnn_onet", ONetStageParams, operators=True)(ONetStage)
 ITEM_STAGES.register("mtcnn_classify", ClassifyParams)(FaceClassifier)

@@ -28,6 +28,7 @@ from streamer.clients.subscriber import Subscriber
 from streamer.transport.protocol import encode_frame
 
 READY_TIMEOUT_S = 60.0
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -70,6 +71,7 @@ kind = "letterbox"
 
 [models.postprocess]
 kind = "blazeface"
+{postprocess_extra}
 """
 
 
@@ -165,6 +167,7 @@ def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[.
         daemon_extra: str = "",
         ingress_extra: str = "",
         preprocess_extra: str = "",
+        postprocess_extra: str = "",
         asset: str = "blazeface_short_range",
         env: dict[str, str] | None = None,
         wait_ready: bool = True,
@@ -187,6 +190,7 @@ def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[.
                 daemon_extra=daemon_extra,
                 ingress_extra=ingress_extra,
                 preprocess_extra=preprocess_extra,
+                postprocess_extra=postprocess_extra,
             )
         )
         daemon = Daemon(path, in_port, out_port, http_port, env)
@@ -198,6 +202,30 @@ def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[.
     yield start
     for daemon in daemons:
         daemon.close()
+
+
+def shipped(name: str, folder: Path, edit: Callable[[str], str] = lambda text: text) -> Daemon:
+    """A daemon on a shipped config, edited, moved to free ports and JSON logs."""
+    ports = free_port(), free_port(), free_port()
+    path = folder / name
+    path.write_text(shipped_text(name, ports, edit))
+    daemon = Daemon(path, *ports)
+    daemon.wait_event("ready")
+    return daemon
+
+
+def shipped_text(
+    name: str, ports: tuple[int, int, int], edit: Callable[[str], str] = lambda text: text
+) -> str:
+    """The text of ``configs/<name>``, edited, on the given ingress, egress and HTTP ports,
+    logging JSON."""
+    text = edit((ROOT / "configs" / name).read_text())
+    text = text.replace("127.0.0.1:5555", f"127.0.0.1:{ports[0]}")
+    text = text.replace("127.0.0.1:5556", f"127.0.0.1:{ports[1]}")
+    text = text.replace('log_format = "auto"', 'log_format = "json"')
+    if "[daemon]" in text:
+        return text.replace("127.0.0.1:9555", f"127.0.0.1:{ports[2]}")
+    return f'[daemon]\nlog_format = "json"\nhttp_address = "127.0.0.1:{ports[2]}"\n' + text
 
 
 class Client:

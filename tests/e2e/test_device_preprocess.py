@@ -1,4 +1,5 @@
-"""Host-side vs in-model / on-device normalisation through the daemon (issue 9).
+"""Host-side vs in-model / on-device normalisation through the daemon (issue 9): in the
+onnxruntime graph, and on the simulator with static AIPP and with dynamic AIPP.
 
 The same frames (carphone's 120 and the three test images, sent raw so both daemons decode
 identical pixels) go to a daemon that normalises on the host and to one that sends uint8
@@ -13,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streamer.runtime.acl.aipp import StaticAipp
+from streamer.runtime.acl.aipp_dynamic import DynamicAippConfig
+from streamer.runtime.acl.aipp_static import StaticAipp
 from streamer.runtime.graph_preprocess import InputNormalization
 from streamer.transport.protocol import encode_frame
 
@@ -103,3 +105,46 @@ def test_static_aipp_on_the_simulator_matches_host(
         start_daemon, connect, frames, preprocess_extra='normalize = "device"', **settings
     )
     assert_same_detections(host, device)
+
+
+DYNAMIC_AIPP = 'normalize = "device"\naipp = "dynamic"'
+
+
+def with_dynamic_aipp(settings: dict[str, Any], max_src_image_size: int) -> dict[str, Any]:
+    """``settings`` with a dynamic ``aipp_op`` added to the model's manifest."""
+    manifest_file = settings["model_path"].with_suffix(".acl.json")
+    manifest = json.loads(manifest_file.read_text())
+    manifest["aipp"] = DynamicAippConfig(
+        aipp_mode="dynamic", max_src_image_size=max_src_image_size
+    ).model_dump()
+    manifest_file.write_text(json.dumps(manifest))
+    return settings
+
+
+@pytest.mark.parametrize("name", ["acl-sim-async", "acl-sim-sync"])
+def test_dynamic_aipp_on_the_simulator_matches_host(
+    start_daemon: Any,
+    connect: Any,
+    frames: list[np.ndarray],
+    assets: dict[str, Any],
+    tmp_path: Any,
+    name: str,
+) -> None:
+    settings = backend_settings(name, assets["blazeface_short_range"], tmp_path / "models")
+    largest_batch = 8 * 128 * 128 * 3  # gears 1, 2, 4, 8 of 128 x 128 RGB888 images
+    with_dynamic_aipp(settings, largest_batch)
+    host = _detections(start_daemon, connect, frames)
+    device = _detections(start_daemon, connect, frames, preprocess_extra=DYNAMIC_AIPP, **settings)
+    assert_same_detections(host, device)
+
+
+def test_a_broken_aipp_rule_stops_the_daemon_at_start_up(
+    start_daemon: Any, assets: dict[str, Any], tmp_path: Any
+) -> None:
+    settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
+    with_dynamic_aipp(settings, 4 * 128 * 128 * 3)  # room for 4 images, the largest gear is 8
+    daemon = start_daemon(preprocess_extra=DYNAMIC_AIPP, wait_ready=False, **settings)
+    assert daemon.process.wait(60) != 0
+    daemon.close()
+    rule = "dynamic AIPP with dynamic batch: input memory for the largest batch"
+    assert any(rule in json.dumps(entry) for entry in daemon.logs), daemon.logs[-5:]

@@ -15,6 +15,11 @@ Module map::
     tdt.py            tdt queue C API through ctypes; withq.py: aclmdlLoadFromFileWithQ
     report.py         the process_report callback thread (async mode)
     model_base.py     what the modes share; model_queue.py / model_async.py / model_sync.py
+    operators.py      NMS / top-k as acl.op single operators; single_op.py: one dynamic-shape
+                      execution (infer_shape first); op_shapes.py: tensor descs, dims rules
+    aipp_static.py    static AIPP (ATC aipp_op); aipp_dynamic.py: dynamic AIPP config,
+                      parameters, plan; aipp_rules.py: the combination rules; aipp_set.py:
+                      the aclmdlAIPP; aipp_load.py: dynamic AIPP at model load
     sim/              the API-faithful simulator behind backend = "acl-sim"
 
 Nothing here imports ``acl`` at import time: :func:`~streamer.runtime.acl.backend.import_acl`

@@ -9,7 +9,11 @@ three executors:
 ``sync``    ``execute`` in the enqueue thread (debugging)
 
 Dynamic models (batch, resolution or dims gears, one kind per model) run in ``async`` and
-``sync`` mode, which set each batch's gear (:mod:`~streamer.runtime.acl.gears`).
+``sync`` mode, which set each batch's gear (:mod:`~streamer.runtime.acl.gears`). So do models
+with dynamic AIPP, whose parameters are set on each batch's input dataset
+(:mod:`~streamer.runtime.acl.aipp_load`): a WithQ model has no dataset (its inputs come from
+tdt queues, and ``acl.mdl.set_input_aipp`` has nothing to write into), so ``queue`` mode refuses
+them at start-up and ``auto`` picks ``async``.
 
 ``mode = "auto"`` picks ``queue`` for a static-shape model when queue mode is available (the
 tdt library loads and WithQ loading exists), else ``async``; it also falls back to ``async`` if
@@ -30,6 +34,7 @@ import structlog
 
 from streamer.config import RuntimeConfig
 from streamer.errors import BackendError, ModelError
+from streamer.runtime.acl.aipp_load import agreed_dynamic_aipp, attach_dynamic_aipp
 from streamer.runtime.acl.constants import AclCode
 from streamer.runtime.acl.description import ModelDescription
 from streamer.runtime.acl.device import AclRuntime, DeviceContext
@@ -39,6 +44,7 @@ from streamer.runtime.acl.model_async import AsyncModel
 from streamer.runtime.acl.model_base import AclModel, ModelParts
 from streamer.runtime.acl.model_queue import QueueModeModel
 from streamer.runtime.acl.model_sync import SyncModel
+from streamer.runtime.acl.operators import AclOperators
 from streamer.runtime.acl.options import (
     AclOptions,
     ModelOptions,
@@ -128,6 +134,7 @@ class AclBackend(Backend):
         self._models: set[AclModel] = set()
         self._lock = threading.Lock()
         self._runtime = AclRuntime(self._acl, config.devices, self.options.acl_config_path)
+        self._operators: AclOperators | None = None
 
     @property
     def queue_mode_available(self) -> bool:
@@ -160,8 +167,18 @@ class AclBackend(Backend):
                 mode = "async"
             return self._register(self._build(mode, spec, device, options, loaded, probe))
 
+    def operators(self) -> AclOperators:
+        """NMS and top-k as ``acl.op`` single operators (:mod:`~streamer.runtime.acl.operators`),
+        created on the first call; every thread that calls them needs a device's context."""
+        with self._lock:
+            if self._operators is None:
+                run_mode = next(iter(self._runtime.devices.values())).run_mode
+                self._operators = AclOperators(self._acl, run_mode, self.options.op_max_shapes)
+            return self._operators
+
     def close(self) -> None:
-        """Close any model still open, then release the devices and finalize. Idempotent.
+        """Close any model still open and the operators, then release the devices and
+        finalize. Idempotent.
 
         Raises:
             AclError: a release failed (every release is still attempted).
@@ -175,6 +192,11 @@ class AclBackend(Backend):
                 model.close()
             except AclError as err:
                 failures.append(err)
+        try:
+            if self._operators is not None:
+                self._operators.close()
+        except AclError as err:
+            failures.append(err)
         self._runtime.close()
         if failures:
             raise failures[0]
@@ -202,6 +224,8 @@ class AclBackend(Backend):
         return _fit(spec, load_model(self._acl, spec.name, load, teardown))
 
     def _choose_mode(self, spec: ModelSpec, description: ModelDescription) -> str:
+        if agreed_dynamic_aipp(spec.preprocess, description) is not None:
+            return _dynamic_aipp_mode(spec)
         if spec.mode == "queue":
             if not description.static:
                 gears = description.gears
@@ -244,7 +268,15 @@ class AclBackend(Backend):
                     lambda: self._withq.load(str(spec.path), *queues),
                     teardown,
                 )
-                parts = ModelParts(self._acl, device, loaded, options, teardown, self._forget)
+                parts = ModelParts(
+                    self._acl,
+                    device,
+                    loaded,
+                    options,
+                    teardown,
+                    self._forget,
+                    device_outputs=spec.device_outputs,
+                )
                 return QueueModeModel(parts, spec.max_in_flight, tdt, queues)
         except AclError as exc:
             if exc.code not in _UNSUPPORTED:
@@ -267,7 +299,10 @@ class AclBackend(Backend):
         teardown: Teardown,
     ) -> AclModel:
         kind: Callable[..., AclModel] = AsyncModel if mode == "async" else SyncModel
-        parts = ModelParts(self._acl, device, loaded, options, teardown, self._forget)
+        loaded, aipp = attach_dynamic_aipp(self._acl, spec.preprocess, loaded, teardown)
+        parts = ModelParts(
+            self._acl, device, loaded, options, teardown, self._forget, aipp, spec.device_outputs
+        )
         return kind(parts, spec.max_in_flight)
 
     def _register(self, model: AclModel) -> AclModel:
@@ -299,6 +334,22 @@ def recent_error(acl: Any) -> str:
     get = getattr(acl, "get_recent_err_msg", None)
     message = get() if get is not None else None
     return str(message) if message else ""
+
+
+def _dynamic_aipp_mode(spec: ModelSpec) -> str:
+    """The mode of a dynamic-AIPP model: ``async`` for ``auto`` (module docstring).
+
+    Raises:
+        ModelError: ``queue`` was asked for.
+    """
+    if spec.mode == "queue":
+        raise ModelError(
+            f"model {spec.name!r}: mode 'queue' cannot run a model with dynamic AIPP: its "
+            "parameters are written into an input dataset with acl.mdl.set_input_aipp, and a "
+            "model loaded with aclmdlLoadFromFileWithQ takes its inputs from tdt queues, "
+            "without a dataset; use mode 'async' or 'sync'"
+        )
+    return "async" if spec.mode == "auto" else spec.mode
 
 
 def _fit(spec: ModelSpec, loaded: LoadedModel) -> LoadedModel:

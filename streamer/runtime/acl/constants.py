@@ -21,8 +21,12 @@ import enum
 import numpy as np
 
 __all__ = [
+    "ACL_DYNAMIC_AIPP_NAME",
     "ACL_DYNAMIC_TENSOR_NAME",
     "AclCode",
+    "AippInputFormat",
+    "ACL_FORMAT_ND",
+    "ACL_UNKNOWN_RANK",
     "DTYPES",
     "QUEUE_DEPTH_DEFAULT",
     "QUEUE_DEPTH_MIN",
@@ -131,6 +135,42 @@ ACL_DYNAMIC_TENSOR_NAME = "ascend_mbatch_shape_data"
 """The extra model input ATC adds for dynamic batch / image size / dims; its index comes from
 ``acl.mdl.get_input_index_by_name`` and ``set_dynamic_batch_size`` writes the gear into it."""
 
+ACL_DYNAMIC_AIPP_NAME = "ascend_dynamic_aipp_data"
+"""The extra model input ATC adds for dynamic AIPP (``aipp_mode: dynamic``); its index comes from
+``acl.mdl.get_input_index_by_name`` and ``acl.mdl.set_input_aipp`` writes the AIPP parameters
+into it (RT ``python/docs/zh/api_ref/ge/function-set_input_aipp.md``)."""
+
+
+class AippInputFormat(enum.IntEnum):
+    """``aclAippInputFormat`` for ``acl.mdl.set_aipp_input_format`` (RT
+    ``python/docs/zh/api_ref/ge/aclAippInputFormat.md``)."""
+
+    YUV420SP_U8 = 1
+    XRGB8888_U8 = 2
+    RGB888_U8 = 3
+    """Interleaved 8-bit pixels, three channels (HWC)."""
+    YUV400_U8 = 4
+    NC1HWC0DI_FP16 = 5
+    NC1HWC0DI_S8 = 6
+    ARGB8888_U8 = 7
+    YUYV_U8 = 8
+    YUV422SP_U8 = 9
+    AYUV444_U8 = 10
+    RAW10 = 11
+    RAW12 = 12
+    RAW16 = 13
+    RAW24 = 14
+
+
+ACL_UNKNOWN_RANK = 0xFFFF_FFFF_FFFF_FFFE
+"""What ``acl.get_tensor_desc_num_dims`` returns when the rank is unknown (dynamic shape,
+reserved scenario): a ``size_t`` -2 (RT ``python/docs/zh/api_ref/ge/
+function-get_tensor_desc_dim_range.md``)."""
+
+ACL_FORMAT_ND = 2
+"""``aclFormat`` ``ACL_FORMAT_ND``: a plain N-dimensional tensor (RT ``include/external/acl/
+acl_base.h``)."""
+
 QUEUE_DEPTH_DEFAULT = 8
 """Depth of a tdt queue created without a depth attribute (RT ``queue.cpp``)."""
 
@@ -155,6 +195,11 @@ class AclCode(enum.IntEnum):
     ERROR_MODEL_INPUT_NOT_MATCH = 100017
     ERROR_MODEL_OUTPUT_NOT_MATCH = 100018
     ERROR_MODEL_NOT_DYNAMIC = 100019
+    ERROR_OP_TYPE_NOT_MATCH = 100020
+    ERROR_OP_INPUT_NOT_MATCH = 100021
+    ERROR_OP_OUTPUT_NOT_MATCH = 100022
+    ERROR_OP_ATTR_NOT_MATCH = 100023
+    ERROR_OP_NOT_FOUND = 100024
     ERROR_INVALID_QUEUE_ID = 100032
     ERROR_REPEAT_SUBSCRIBE = 100033
     ERROR_STREAM_NOT_SUBSCRIBE = 100034
@@ -179,6 +224,7 @@ class AclCode(enum.IntEnum):
     ERROR_GE_DYNAMIC_INPUT_ADDR_INVALID = 145011
     ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID = 145012
     ERROR_GE_DYNAMIC_BATCH_SIZE_INVALID = 145013
+    ERROR_GE_AIPP_NOT_EXIST = 145015
     ERROR_BAD_ALLOC = 200000
     ERROR_API_NOT_SUPPORT = 200001
     ERROR_INVALID_DEVICE = 200002

@@ -3,7 +3,10 @@
 Build (SAM ``python/common/acllite/acllite_model.py``): ``acl.mdl.create_dataset``, then per
 tensor ``acl.create_data_buffer(ptr, size)`` and ``acl.mdl.add_dataset_buffer``. Release: every
 data buffer (``acl.destroy_data_buffer``), then ``acl.mdl.destroy_dataset``; the memory the
-buffers point at belongs to the caller (the memory pool).
+buffers point at belongs to the caller (the memory pool). A data buffer of another dataset
+(the previous model's output in a ``tensor`` chain) can be added as it is: it is not
+destroyed here, its creator destroys it after this dataset
+(:mod:`~streamer.runtime.acl.device_tensor`).
 """
 
 from __future__ import annotations
@@ -17,19 +20,31 @@ from streamer.runtime.acl.teardown import Teardown
 __all__ = ["create_dataset"]
 
 
-def create_dataset(acl: Any, buffers: Sequence[tuple[int, int]], teardown: Teardown) -> int:
-    """A dataset over ``buffers`` (``(address, size in bytes)`` each, model index order).
+def create_dataset(
+    acl: Any, buffers: Sequence[tuple[int, int] | int], teardown: Teardown
+) -> tuple[int, list[int]]:
+    """A dataset over ``buffers`` (model index order): ``(address, size in bytes)`` each, for
+    which a data buffer is created, or an existing data buffer handle, added as it is.
 
-    Releases are pushed on ``teardown`` (buffers are released before the dataset).
+    Releases are pushed on ``teardown`` (the created buffers are released before the
+    dataset).
+
+    Returns:
+        The dataset handle and its data buffer handles, in order.
 
     Raises:
         AclError: a call failed (what was created is released by ``teardown``).
     """
     dataset = check_handle(acl.mdl.create_dataset(), "acl.mdl.create_dataset")
     teardown.push("acl.mdl.destroy_dataset", acl.mdl.destroy_dataset, dataset)
-    for ptr, size in buffers:
-        buffer = check_handle(acl.create_data_buffer(ptr, size), "acl.create_data_buffer")
-        teardown.push("acl.destroy_data_buffer", acl.destroy_data_buffer, buffer)
+    handles = []
+    for entry in buffers:
+        if isinstance(entry, int):
+            buffer = entry
+        else:
+            buffer = check_handle(acl.create_data_buffer(*entry), "acl.create_data_buffer")
+            teardown.push("acl.destroy_data_buffer", acl.destroy_data_buffer, buffer)
         _, ret = acl.mdl.add_dataset_buffer(dataset, buffer)
         check_ret(ret, "acl.mdl.add_dataset_buffer")
-    return dataset
+        handles.append(buffer)
+    return dataset, handles

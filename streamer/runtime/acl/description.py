@@ -6,6 +6,9 @@ Dynamic models carry one extra input, ``ascend_mbatch_shape_data``, found by nam
 ``get_dynamic_batch`` (≤ 128, ``batchCount == 0`` for none), ``get_dynamic_hw`` and
 ``get_input_dynamic_dims`` (GE ``acl_mdl.h``; RT ``python/pyACL/mdl/mdl_wrap.cpp``) into a
 :class:`~streamer.runtime.acl.gears.GearTable`, which refuses a model with gears of two kinds.
+A model built with dynamic AIPP has one more extra input, ``ascend_dynamic_aipp_data``, also
+found by name (one dynamic AIPP input: RT ``python/docs/zh/api_ref/ge/function-set_input_aipp.md``)
+and kept out of ``ModelInfo.inputs``: ``acl.mdl.set_input_aipp`` fills it.
 Sizes from ``get_*_size_by_index`` are those of the largest gear: buffers of that size fit
 every gear (recommended on the same seeds page).
 
@@ -20,7 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamer.errors import ModelError
-from streamer.runtime.acl.constants import ACL_DYNAMIC_TENSOR_NAME, DTYPES, AclCode, DataType
+from streamer.runtime.acl.constants import (
+    ACL_DYNAMIC_AIPP_NAME,
+    ACL_DYNAMIC_TENSOR_NAME,
+    DTYPES,
+    AclCode,
+    DataType,
+)
 from streamer.runtime.acl.errors import check_ret
 from streamer.runtime.acl.gears import Gear, GearKind, GearTable, gear_table
 from streamer.runtime.base import DYNAMIC, ModelInfo, TensorInfo
@@ -40,6 +49,7 @@ class ModelDescription:
         output_sizes: bytes of every output (largest gear).
         dynamic_index: index of ``ascend_mbatch_shape_data``, or None for a static model.
         gears: the dynamic kind and its gears.
+        aipp_index: index of ``ascend_dynamic_aipp_data``, or None without dynamic AIPP.
     """
 
     info: ModelInfo
@@ -47,6 +57,7 @@ class ModelDescription:
     output_sizes: tuple[int, ...]
     dynamic_index: int | None
     gears: GearTable
+    aipp_index: int | None = None
 
     @property
     def static(self) -> bool:
@@ -57,7 +68,8 @@ class ModelDescription:
     @property
     def data_input_indices(self) -> tuple[int, ...]:
         """Model input index of each ``info.inputs`` entry."""
-        return tuple(i for i in range(len(self.input_sizes)) if i != self.dynamic_index)
+        extra = (self.dynamic_index, self.aipp_index)
+        return tuple(i for i in range(len(self.input_sizes)) if i not in extra)
 
 
 def read_description(acl: Any, desc: int, name: str) -> ModelDescription:
@@ -74,11 +86,13 @@ def read_description(acl: Any, desc: int, name: str) -> ModelDescription:
             of two kinds or do not fit the inputs (:func:`~streamer.runtime.acl.gears.gear_table`).
     """
     mdl = acl.mdl
-    index, ret = mdl.get_input_index_by_name(desc, ACL_DYNAMIC_TENSOR_NAME)
-    dynamic_index = int(index) if ret == AclCode.SUCCESS else None
+    dynamic_index = _index_by_name(acl, desc, ACL_DYNAMIC_TENSOR_NAME)
+    aipp_index = _index_by_name(acl, desc, ACL_DYNAMIC_AIPP_NAME)
     n_inputs, n_outputs = mdl.get_num_inputs(desc), mdl.get_num_outputs(desc)
     inputs = tuple(
-        _tensor(acl, desc, i, outputs=False) for i in range(n_inputs) if i != dynamic_index
+        _tensor(acl, desc, i, outputs=False)
+        for i in range(n_inputs)
+        if i not in (dynamic_index, aipp_index)
     )
     outputs = tuple(_tensor(acl, desc, i, outputs=True) for i in range(n_outputs))
     hw_gears, dims_gears = _hw_gears(acl, desc), _dims_gears(acl, desc)
@@ -97,7 +111,14 @@ def read_description(acl: Any, desc: int, name: str) -> ModelDescription:
         tuple(int(mdl.get_output_size_by_index(desc, i)) for i in range(n_outputs)),
         dynamic_index,
         gears,
+        aipp_index,
     )
+
+
+def _index_by_name(acl: Any, desc: int, name: str) -> int | None:
+    """The index of input ``name`` (``acl.mdl.get_input_index_by_name``), or None."""
+    index, ret = acl.mdl.get_input_index_by_name(desc, name)
+    return int(index) if ret == AclCode.SUCCESS else None
 
 
 def _info_batch_gears(gears: GearTable) -> tuple[int, ...]:

@@ -44,11 +44,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from streamer.errors import ModelError
 from streamer.runtime.acl.errors import check_ret
-from streamer.runtime.base import DYNAMIC, TensorInfo
+from streamer.runtime.base import DYNAMIC, Tensor, TensorInfo
 
 __all__ = [
     "Gear",
@@ -102,7 +100,7 @@ class GearTable:
             return tuple(d for shape in shapes for d in shape)
         return None
 
-    def problem(self, inputs: Sequence[np.ndarray]) -> str | None:
+    def problem(self, inputs: Sequence[Tensor]) -> str | None:
         """Why a batch of ``inputs`` has no gear of this model, or None (always None when the
         model is static or has batch gears: :func:`~streamer.runtime.acl.model_base.batch_problem`
         checks those)."""

@@ -14,17 +14,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import structlog
 
 from streamer.errors import FrameError, Reason
+from streamer.runtime.acl.aipp_set import AippSet
 from streamer.runtime.acl.device import DeviceContext
+from streamer.runtime.acl.device_tensor import AclDeviceTensor
 from streamer.runtime.acl.loaded import LoadedModel
 from streamer.runtime.acl.options import ModelOptions
 from streamer.runtime.acl.teardown import Teardown
-from streamer.runtime.base import DYNAMIC, ModelInfo, QueueModel
+from streamer.runtime.base import DYNAMIC, DeviceTensor, ModelInfo, QueueModel, Tensor
 
-__all__ = ["ModelParts", "AclModel", "batch_problem", "inference_error"]
+__all__ = ["ModelParts", "AclModel", "batch_problem", "device_problem", "inference_error"]
 
 _log = structlog.get_logger(__name__)
 
@@ -34,7 +35,7 @@ def inference_error(detail: str) -> FrameError:
     return FrameError(Reason.INFERENCE_FAILED, detail)
 
 
-def batch_problem(info: ModelInfo, inputs: Sequence[np.ndarray]) -> str | None:
+def batch_problem(info: ModelInfo, inputs: Sequence[Tensor]) -> str | None:
     """Why ``inputs`` cannot be executed as one batch of ``info``'s model, or None.
 
     Checks the count, dtypes, the static dims, one batch size for all inputs, and that the
@@ -60,6 +61,21 @@ def batch_problem(info: ModelInfo, inputs: Sequence[np.ndarray]) -> str | None:
     return None
 
 
+def device_problem(info: ModelInfo, device_id: int, inputs: Sequence[Tensor]) -> str | None:
+    """Why a device input (the previous model's output in a ``tensor`` chain) cannot be read
+    by a model on ``device_id``, or None: it must be ACL memory of that device, whose one
+    context loaded both models (S11)."""
+    for tensor, expected in zip(inputs, info.inputs, strict=True):
+        if not isinstance(tensor, DeviceTensor):
+            continue
+        if not isinstance(tensor, AclDeviceTensor) or tensor.device != device_id:
+            return (
+                f"input {expected.name!r} is in the memory of device {tensor.device} "
+                f"({type(tensor).__name__}); model {info.name!r} runs on device {device_id}"
+            )
+    return None
+
+
 @dataclass(frozen=True)
 class ModelParts:
     """What every executor is built from.
@@ -71,6 +87,10 @@ class ModelParts:
         options: per-model options.
         teardown: every release acquired while loading; :meth:`AclModel.close` runs it.
         on_close: called once when the model is closed (the backend forgets it).
+        aipp: the filled ``aclmdlAIPP`` of a dynamic-AIPP model, applied to every batch's
+            input dataset; None for other models.
+        device_outputs: leave the outputs in device memory for the next model of a
+            ``tensor`` chain (:mod:`~streamer.runtime.acl.device_tensor`).
     """
 
     acl: Any
@@ -79,6 +99,8 @@ class ModelParts:
     options: ModelOptions
     teardown: Teardown
     on_close: Callable[[AclModel], None]
+    aipp: AippSet | None = None
+    device_outputs: bool = False
 
 
 class AclModel(QueueModel):

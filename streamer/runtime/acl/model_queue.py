@@ -13,6 +13,21 @@ Queue full / empty (or the driver's wait timeout) are backpressure: the enqueue 
 A tdt queue carries only bytes, so results are matched to batches by order; if the oldest
 batch gets no output within ``result_timeout_ms`` (its execution failed on the device), later
 outputs cannot be attributed and the model raises :class:`BackendError`.
+
+Chains (the ``tensor`` adapter; :mod:`~streamer.runtime.acl.device_tensor`). Nothing in the
+seeds' multi-model chaining page ("多模型串联推理": load each model, execute each model) nor in
+the ``aclmdlLoadFromFileWithQ`` or tdt queue pages says that one queue may be bound to two
+models, as the output of one and the input of the next (the simulator refuses a queue bound
+twice), and handing the runtime's mbuf from queue to queue (``acltdtEnqueue`` /
+``acltdtDequeue`` with an ``acltdtBuf``) is unsupported on every listed product (S29). So a
+model loaded with ``device_outputs`` relays: its dequeue thread takes each output with
+``acltdtDequeueData`` into device memory (the call accepts host or device memory) from a pool
+of ``max_in_flight`` sets of segments, and the next model's enqueue thread puts it into its
+own input queue with ``acltdtEnqueueData`` straight from there (which copies it into the
+queue), then releases it. The bytes move from queue to device memory to queue on the device,
+never through the host. ``acltdtBindQueueRoutes`` forwards a queue into others inside the
+runtime, but then no host thread sees the batch between the models, and the pipeline matches
+each output to its frames by the order it enqueued them.
 """
 
 from __future__ import annotations
@@ -26,14 +41,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamer.errors import BackendError, FrameError
-from streamer.runtime.acl.allocators import readable_allocator
+from streamer.runtime.acl.allocators import DeviceAllocator, readable_allocator
 from streamer.runtime.acl.constants import RunMode
+from streamer.runtime.acl.device_tensor import AclDeviceTensor, HandedOut
 from streamer.runtime.acl.errors import QUEUE_WAIT_CODES, check_ret
-from streamer.runtime.acl.model_base import AclModel, ModelParts, batch_problem, inference_error
-from streamer.runtime.acl.pool import MemoryPool, footprint
+from streamer.runtime.acl.model_base import (
+    AclModel,
+    ModelParts,
+    batch_problem,
+    device_problem,
+    inference_error,
+)
+from streamer.runtime.acl.pool import BlockAllocator, MemoryPool, Segment, footprint
 from streamer.runtime.acl.tdt import TdtQueueApi
 from streamer.runtime.acl.transfer import to_array
-from streamer.runtime.base import InferenceOutputs
+from streamer.runtime.base import InferenceOutputs, Tensor, release_inputs
 
 __all__ = ["QueueModeModel"]
 
@@ -74,33 +96,54 @@ class QueueModeModel(AclModel):
         acl, device, loaded, teardown = parts.acl, parts.device, parts.loaded, parts.teardown
         self._tdt = tdt
         self._inputs, self._outputs = queues
-        sizes = loaded.description.output_sizes
-        pool = MemoryPool(readable_allocator(acl, device.run_mode), footprint(sizes))
-        teardown.push_call(pool.close)
-        segments = pool.try_alloc(sizes)
-        assert segments is not None, "a pool sized by footprint() holds its segments"
-        self._buffers = segments
+        self._sizes = loaded.description.output_sizes
+        self._device_outputs = parts.device_outputs
+        self._handed = HandedOut()
+        if self._device_outputs:  # a set of device segments per batch, held downstream
+            allocator: BlockAllocator = DeviceAllocator(acl)
+            self._pool = MemoryPool(allocator, footprint(self._sizes), max_in_flight)
+            self._buffers: list[Segment] = []
+        else:  # one set of buffers, read back after each batch
+            allocator = readable_allocator(acl, device.run_mode)
+            self._pool = MemoryPool(allocator, footprint(self._sizes))
+            segments = self._pool.try_alloc(self._sizes)
+            assert segments is not None, "a pool sized by footprint() holds its segments"
+            self._buffers = segments
+        teardown.push_call(self._pool.close)
         self._min_timeout_ms = 1 if device.run_mode == RunMode.HOST else 0
         self._slots = threading.Semaphore(max_in_flight)
         self._tickets: deque[_Ticket] = deque()
-        self._received: list[bytes] = []
+        self._received: list[int] = []
 
-    def enqueue(self, inputs: Sequence[np.ndarray]) -> None:
-        """Put one batch into the input queues, waiting while they are full.
+    def enqueue(self, inputs: Sequence[Tensor]) -> None:
+        """Put one batch into the input queues, waiting while they are full; a device input
+        (the previous model's output) is enqueued from its device memory, then released.
 
         Raises:
             AclError: a queue call failed with something other than full.
             BackendError: the model was closed while waiting.
         """
+        try:
+            self._enqueue(inputs)
+        finally:
+            release_inputs(inputs)
+
+    def _enqueue(self, inputs: Sequence[Tensor]) -> None:
         start_ns = time.monotonic_ns()
-        problem = batch_problem(self.info, inputs)
+        problem = batch_problem(self.info, inputs) or device_problem(
+            self.info, self.device_id, inputs
+        )
         if problem is not None:
             self._tickets.append(_Ticket(start_ns, inference_error(problem)))
             return
         while not self._slots.acquire(timeout=_POLL_S):
             self._raise_if_closed()
-        for qid, array in zip(self._inputs, inputs, strict=True):
-            self._send(qid, np.ascontiguousarray(array).tobytes())
+        for qid, tensor in zip(self._inputs, inputs, strict=True):
+            if isinstance(tensor, AclDeviceTensor):
+                self._send(qid, tensor.ptr, _nbytes(tensor))
+            else:
+                data = np.ascontiguousarray(tensor).tobytes()
+                self._send(qid, self._acl.util.bytes_to_ptr(data), len(data))
         self._tickets.append(_Ticket(start_ns))
 
     def dequeue(self, timeout_ms: int) -> InferenceOutputs | None:
@@ -122,10 +165,11 @@ class QueueModeModel(AclModel):
         self._slots.release()
         return self._result(ticket, received)
 
-    def _send(self, qid: int, data: bytes) -> None:
-        ptr = self._acl.util.bytes_to_ptr(data)
+    def _send(self, qid: int, ptr: int, size: int) -> None:
+        """``acltdtEnqueueData`` of ``size`` bytes at ``ptr`` (it copies them into the queue),
+        retrying while the queue is full."""
         while True:
-            ret = self._tdt.enqueue(qid, ptr, len(data), self._options.queue_poll_ms)
+            ret = self._tdt.enqueue(qid, ptr, size, self._options.queue_poll_ms)
             if ret not in QUEUE_WAIT_CODES:
                 check_ret(ret, "acltdtEnqueueData")
                 return
@@ -133,6 +177,8 @@ class QueueModeModel(AclModel):
 
     def _receive(self, deadline: float) -> bool:
         """Dequeue the outputs still missing; False when ``deadline`` passed first."""
+        if not self._buffers and not self._take_buffers(deadline):
+            return False
         while len(self._received) < len(self._outputs):
             index = len(self._received)
             buffer = self._buffers[index]
@@ -147,18 +193,49 @@ class QueueModeModel(AclModel):
                     return False
                 continue
             check_ret(ret, "acltdtDequeueData")
-            self._received.append(self._acl.util.ptr_to_bytes(buffer.ptr, size))
+            self._received.append(size)
         return True
 
-    def _result(self, ticket: _Ticket, received: list[bytes]) -> InferenceOutputs:
+    def _take_buffers(self, deadline: float) -> bool:
+        """Device outputs: device segments for the next batch's outputs, waiting until
+        ``deadline`` while the next model still holds all of them; False if it passed."""
+        while (segments := self._pool.try_alloc(self._sizes)) is None:
+            self._raise_if_closed()
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S)
+        self._buffers = segments
+        return True
+
+    def _result(self, ticket: _Ticket, received: list[int]) -> InferenceOutputs:
         end_ns = time.monotonic_ns()
-        outputs = []
-        for data, tensor in zip(received, self.info.outputs, strict=True):
-            if len(data) != tensor.nbytes():
-                detail = f"output {tensor.name!r}: {len(data)} bytes, expected {tensor.nbytes()}"
+        buffers = self._buffers
+        if self._device_outputs:
+            self._buffers = []
+        for size, tensor in zip(received, self.info.outputs, strict=True):
+            if size != tensor.nbytes():
+                if self._device_outputs:
+                    self._pool.free(buffers)
+                detail = f"output {tensor.name!r}: {size} bytes, expected {tensor.nbytes()}"
                 return InferenceOutputs(None, inference_error(detail), ticket.start_ns, end_ns)
-            outputs.append(to_array(data, tensor.shape, tensor.dtype))
-        return InferenceOutputs(tuple(outputs), None, ticket.start_ns, end_ns)
+        outputs = self._hand_out(buffers) if self._device_outputs else self._read(buffers)
+        return InferenceOutputs(outputs, None, ticket.start_ns, end_ns)
+
+    def _read(self, buffers: Sequence[Segment]) -> tuple[np.ndarray, ...]:
+        """The outputs copied from the (host-readable) buffers they were dequeued into."""
+        return tuple(
+            to_array(self._acl.util.ptr_to_bytes(b.ptr, t.nbytes()), t.shape, t.dtype)
+            for b, t in zip(buffers, self.info.outputs, strict=True)
+        )
+
+    def _hand_out(self, buffers: list[Segment]) -> tuple[AclDeviceTensor, ...]:
+        """The outputs left in the device segments they were dequeued into, for the next
+        model; the segments go back to the pool once it released them all."""
+        hold = self._handed.hold(len(buffers), lambda: self._pool.free(buffers))
+        return tuple(
+            AclDeviceTensor(b.ptr, b.nbytes, t.shape, t.dtype, self.device_id, 0, hold)
+            for b, t in zip(buffers, self.info.outputs, strict=True)
+        )
 
     def _raise_if_lost(self) -> None:
         if not self._tickets:
@@ -177,3 +254,9 @@ class QueueModeModel(AclModel):
     def _stop(self) -> None:
         self._tickets.clear()
         self._received = []
+        self._handed.release_all()
+
+
+def _nbytes(tensor: AclDeviceTensor) -> int:
+    """The bytes of ``tensor`` at its shape (its memory may be larger)."""
+    return int(np.prod(tensor.shape, dtype=np.int64)) * tensor.dtype.itemsize

@@ -13,6 +13,9 @@ Example (TOML)::
     queue_depth = 8            # tdt queue depth (queue mode), >= 2
     callback_interval = 4      # async mode: one launch_callback every 4 batches
 
+    [runtime.options.op_max_shapes]  # single operators whose output rank is unknown
+    NonMaxSuppressionV6 = [[4096, 3]]
+
     [runtime.options.sim]      # acl-sim only
     device_count = 2
     run_mode = "host"
@@ -114,6 +117,12 @@ class SimOptions(_Strict):
         '{"acl.rt.create_stream" = 107000}',
     )
     call_log_size: int = Field(default=100_000, ge=1, description="calls kept in the call log")
+    unknown_rank_ops: list[str] = Field(
+        default_factory=list,
+        description="single operators (op types) whose acl.op.infer_shape reports every output "
+        "of unknown rank (ACL_UNKNOWN_RANK, the reserved scenario), e.g. "
+        '["NonMaxSuppressionV6"]',
+    )
 
 
 class AclOptions(ModelOptions):
@@ -122,6 +131,12 @@ class AclOptions(ModelOptions):
     acl_config_path: Path | None = Field(default=None, description="acl.json passed to acl.init")
     acl_library: str = Field(default="libascendcl.so", description="for aclmdlLoadFromFileWithQ")
     tdt_library: str = Field(default="libacl_tdt_queue.so", description="the tdt queue C API")
+    op_max_shapes: dict[str, list[list[int]]] = Field(
+        default_factory=dict,
+        description="single operators: op type -> one maximum shape per output, used where "
+        "acl.op.infer_shape cannot tell an output's rank, e.g. "
+        '{"NonMaxSuppressionV6" = [[4096, 3]]}',
+    )
     sim: SimOptions | None = None
 
     def model_options(self) -> dict[str, Any]:

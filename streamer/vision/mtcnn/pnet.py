@@ -38,8 +38,11 @@ import numpy as np
 from pydantic import Field
 
 from streamer.errors import ConfigError
-from streamer.vision.mtcnn.boxes import nms, regress, to_detections
+from streamer.runtime.ops.base import Operators
+from streamer.vision.mtcnn.boxes import regress, to_detections
 from streamer.vision.mtcnn.layout import PROBABILITY, REGRESSION, split_outputs, to_tensor
+from streamer.vision.mtcnn.suppress import Suppress
+from streamer.vision.nms_place import NmsPlace, operators_for
 from streamer.vision.preprocess import LetterboxTransform
 from streamer.vision.registry import PluginParams
 
@@ -125,6 +128,9 @@ class PNetParams(PluginParams):
         score_threshold: minimum face probability of a heatmap cell.
         gear_nms: IoU above which candidates of one gear are suppressed.
         merge_nms: IoU above which candidates of all gears are suppressed.
+        nms: ``host``, or ``operator``: both NMS as single operators on the pipeline's
+            backend, the per-gear one over every item of a batch in one call
+            (:mod:`.suppress`).
     """
 
     max_size: tuple[int, int] = (480, 640)
@@ -133,6 +139,7 @@ class PNetParams(PluginParams):
     score_threshold: float = Field(0.6, ge=0, le=1)
     gear_nms: float = Field(0.5, ge=0, le=1)
     merge_nms: float = Field(0.7, ge=0, le=1)
+    nms: NmsPlace = "host"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,13 +162,18 @@ class PNet:
 
     Args:
         params: validated :class:`PNetParams`.
+        operators: the pipeline backend's operators, for ``nms = "operator"``.
 
     Raises:
-        ConfigError: ``max_size`` gives no gear (its shorter side is under ``min_face_px``).
+        ConfigError: ``max_size`` gives no gear (its shorter side is under ``min_face_px``);
+            ``nms = "operator"`` without operators.
     """
 
-    def __init__(self, params: PNetParams | None = None) -> None:
+    def __init__(
+        self, params: PNetParams | None = None, operators: Operators | None = None
+    ) -> None:
         self.params = params or PNetParams()
+        self._suppress = Suppress("union", operators_for(self.params.nms, operators))
         self.max_height, self.max_width = self.params.max_size
         self.gears = pnet_gears(
             self.max_height, self.max_width, self.params.min_face_px, self.params.factor
@@ -213,9 +225,16 @@ class PNet:
         offsets, probabilities = split_outputs(
             outputs, (REGRESSION, PROBABILITY), len(transforms), "pnet"
         )
-        return [
+        cells = [
             self._candidates(probabilities[k, :, :, 1], offsets[k], t)
             for k, t in enumerate(transforms)
+        ]
+        keeps = self._suppress(
+            [grid for _, grid in cells], [c.scores for c, _ in cells], self.params.gear_nms
+        )
+        return [
+            Candidates(c.windows[keep], c.scores[keep], c.offsets[keep])
+            for (c, _), keep in zip(cells, keeps, strict=True)
         ]
 
     def merge(self, candidates: Sequence[Candidates]) -> list[dict[str, Any]]:
@@ -233,22 +252,24 @@ class PNet:
         windows = np.concatenate([c.windows for c in candidates])
         scores = np.concatenate([c.scores for c in candidates])
         offsets = np.concatenate([c.offsets for c in candidates])
-        keep = nms(windows, scores, self.params.merge_nms, "union")
+        (keep,) = self._suppress([windows], [scores], self.params.merge_nms)
         return to_detections(regress(windows[keep], offsets[keep]), scores[keep])
 
     def _candidates(
         self, face: np.ndarray, offsets: np.ndarray, transform: LetterboxTransform
-    ) -> Candidates:
-        """Candidates of one gear from its (w, h) face probabilities and (w, h, 4) offsets."""
+    ) -> tuple[Candidates, np.ndarray]:
+        """Candidates of one gear, before NMS, from its (w, h) face probabilities and
+        (w, h, 4) offsets; and their windows in gear pixels, (K, 4) integers, where IoU is
+        exact in float32 and float64 alike (the gear NMS runs on them: a tie with the
+        threshold, common on the stride-2 grid, is then decided the same way on the host and
+        by an operator)."""
         cols = (transform.resized_width - CELL) // STRIDE + 1
         rows = (transform.resized_height - CELL) // STRIDE + 1
         face = face[:cols, :rows]  # cells whose window lies inside the resized image
         xi, yi = np.nonzero(face >= self.params.score_threshold)
         corners = np.stack([xi, yi, xi, yi], axis=1) * STRIDE + (0, 0, CELL, CELL)
         windows = transform.to_image(corners.reshape(-1, 2, 2)).reshape(-1, 4)
-        scores = face[xi, yi]
-        keep = nms(windows, scores, self.params.gear_nms, "union")
-        return Candidates(windows[keep], scores[keep], offsets[xi, yi][keep])
+        return Candidates(windows, face[xi, yi], offsets[xi, yi]), corners
 
 
 def _gear_tensor(image: np.ndarray, gear: Gear, transform: LetterboxTransform) -> np.ndarray:

@@ -24,8 +24,9 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
+from streamer.runtime.ops.base import Operators
 from streamer.vision.crops import CropTransform, crop, detection_boxes
-from streamer.vision.mtcnn.boxes import NmsMethod, nms, regress, to_detections
+from streamer.vision.mtcnn.boxes import NmsMethod, regress, to_detections
 from streamer.vision.mtcnn.layout import (
     LANDMARKS,
     PROBABILITY,
@@ -33,6 +34,8 @@ from streamer.vision.mtcnn.layout import (
     split_outputs,
     to_tensor,
 )
+from streamer.vision.mtcnn.suppress import Suppress
+from streamer.vision.nms_place import NmsPlace, operators_for
 from streamer.vision.registry import PluginParams
 
 __all__ = ["KEYPOINTS", "ONet", "ONetParams", "RNet", "RNetParams"]
@@ -48,10 +51,13 @@ class RNetParams(PluginParams):
     Attributes:
         score_threshold: a crop is kept when its face probability is above this.
         nms_threshold: IoU above which a kept crop is suppressed by a better one.
+        nms: ``host``, or ``operator``: NMS as a single operator on the pipeline's backend
+            (:mod:`.suppress`).
     """
 
     score_threshold: float = Field(0.7, ge=0, le=1)
     nms_threshold: float = Field(0.7, ge=0, le=1)
+    nms: NmsPlace = "host"
 
 
 class ONetParams(PluginParams):
@@ -61,11 +67,14 @@ class ONetParams(PluginParams):
         score_threshold: a crop is kept when its face probability is above this.
         nms_threshold: overlap above which a box is suppressed by a better one.
         nms_method: ``min`` (intersection over the smaller box, the reference) or ``union``.
+        nms: ``host``, or ``operator``: NMS as a single operator on the pipeline's backend,
+            which takes ``nms_method = "union"`` (:mod:`.suppress`).
     """
 
     score_threshold: float = Field(0.7, ge=0, le=1)
     nms_threshold: float = Field(0.7, ge=0, le=1)
     nms_method: NmsMethod = "min"
+    nms: NmsPlace = "host"
 
 
 class _Refine:
@@ -110,13 +119,20 @@ class RNet(_Refine):
 
     Args:
         params: validated :class:`RNetParams`.
+        operators: the pipeline backend's operators, for ``nms = "operator"``.
+
+    Raises:
+        ConfigError: ``nms = "operator"`` without operators.
     """
 
     size = 24
     name = "rnet"
 
-    def __init__(self, params: RNetParams | None = None) -> None:
+    def __init__(
+        self, params: RNetParams | None = None, operators: Operators | None = None
+    ) -> None:
         self.params = params or RNetParams()
+        self._suppress = Suppress("union", operators_for(self.params.nms, operators))
 
     def finish(
         self, outputs: Sequence[np.ndarray], transforms: Sequence[CropTransform]
@@ -138,7 +154,7 @@ class RNet(_Refine):
             outputs, (REGRESSION, PROBABILITY), len(transforms), self.name
         )
         kept, regions, scores = self._scored(probabilities, transforms, self.params.score_threshold)
-        order = nms(regions, scores, self.params.nms_threshold, "union")
+        (order,) = self._suppress([regions], [scores], self.params.nms_threshold)
         boxes = regress(regions[order], offsets[kept][order])
         return to_detections(boxes, scores[order])
 
@@ -148,13 +164,20 @@ class ONet(_Refine):
 
     Args:
         params: validated :class:`ONetParams`.
+        operators: the pipeline backend's operators, for ``nms = "operator"``.
+
+    Raises:
+        ConfigError: ``nms = "operator"`` without operators, or with ``nms_method = "min"``.
     """
 
     size = 48
     name = "onet"
 
-    def __init__(self, params: ONetParams | None = None) -> None:
+    def __init__(
+        self, params: ONetParams | None = None, operators: Operators | None = None
+    ) -> None:
         self.params = params or ONetParams()
+        self._suppress = Suppress(self.params.nms_method, operators_for(self.params.nms, operators))
 
     def finish(
         self, outputs: Sequence[np.ndarray], transforms: Sequence[CropTransform]
@@ -182,7 +205,7 @@ class ONet(_Refine):
             return []
         boxes = regress(regions, offsets[kept])
         points = _landmarks(regions, landmarks[kept])
-        order = nms(boxes, scores, self.params.nms_threshold, self.params.nms_method)
+        (order,) = self._suppress([boxes], [scores], self.params.nms_threshold)
         size = (transforms[0].image_width, transforms[0].image_height)
         return to_detections(boxes[order], scores[order], points[order], clip=size)
 

@@ -44,6 +44,9 @@ from pydantic import Field
 
 from streamer.errors import ConfigError, FrameError, Reason
 from streamer.runtime.base import ModelInfo
+from streamer.runtime.ops.base import Operators
+from streamer.vision.nms_place import NmsPlace, operators_for
+from streamer.vision.postprocess.blazeface_nms import OperatorNms
 from streamer.vision.preprocess import LetterboxTransform
 from streamer.vision.registry import POSTPROCESSORS, PluginParams
 
@@ -206,14 +209,18 @@ class BlazeFaceParams(PluginParams):
         iou_threshold: IoU above which detections merge (MediaPipe's
             ``min_suppression_threshold``: 0.3).
         max_detections: faces per frame at most.
+        nms: ``host`` (:func:`weighted_nms`) or ``operator``: top-k and NMS as single
+            operators on the pipeline's backend, then the same weighted blend
+            (:mod:`~streamer.vision.postprocess.blazeface_nms`).
     """
 
     score_threshold: float | None = Field(None, gt=0, lt=1)
     iou_threshold: float = Field(0.3, ge=0, le=1)
     max_detections: int = Field(100, ge=1)
+    nms: NmsPlace = "host"
 
 
-@POSTPROCESSORS.register("blazeface", BlazeFaceParams)
+@POSTPROCESSORS.register("blazeface", BlazeFaceParams, operators=True)
 class BlazeFace:
     """Face detections from a BlazeFace model (short or full range, chosen by input size).
 
@@ -224,13 +231,16 @@ class BlazeFace:
         info: the loaded model: one 4-D input of 128² or 192² pixels (NCHW or NHWC), and two
             outputs (batch, N, 16) regressors and (batch, N, 1) logits, N = the variant's
             anchor count.
+        operators: the pipeline backend's operators, for ``nms = "operator"``.
 
     Raises:
         ConfigError: the model's input size matches no variant, or its outputs do not have
-            the shapes above for that variant.
+            the shapes above for that variant; ``nms = "operator"`` without operators.
     """
 
-    def __init__(self, params: BlazeFaceParams, info: ModelInfo) -> None:
+    def __init__(
+        self, params: BlazeFaceParams, info: ModelInfo, operators: Operators | None = None
+    ) -> None:
         self.variant = _variant(info)
         self.anchors = ssd_anchors(self.variant)
         self._regressors, self._logits = _output_indices(info, len(self.anchors))
@@ -242,6 +252,19 @@ class BlazeFace:
         self._logit_threshold = math.log(threshold / (1 - threshold))
         self.iou_threshold = params.iou_threshold
         self.max_detections = params.max_detections
+        device = operators_for(params.nms, operators)
+        self._operator_nms = (
+            None
+            if device is None
+            else OperatorNms(
+                device,
+                self.anchors,
+                decode_boxes,
+                self._logit_threshold,
+                self.iou_threshold,
+                self.max_detections,
+            )
+        )
 
     def __call__(
         self, outputs: Sequence[np.ndarray], transforms: Sequence[LetterboxTransform]
@@ -263,6 +286,12 @@ class BlazeFace:
                 shapes for this batch.
         """
         regressors, logits = self._checked(outputs, len(transforms))
+        if self._operator_nms is not None:
+            n = len(transforms)
+            found = self._operator_nms(regressors[:n], logits[:n])
+            return [
+                {"detections": _to_image(*f, t)} for f, t in zip(found, transforms, strict=True)
+            ]
         return [
             {"detections": self._frame(regressors[i], logits[i], t)}
             for i, t in enumerate(transforms)

@@ -1,7 +1,7 @@
 """An API-faithful simulator of pyACL and the tdt queue C API (DESIGN.md §4).
 
 It lets the ACL backend run unchanged on machines without an NPU: a simulated ``acl`` module
-(``rt``, ``mdl``, ``util`` with pyACL's calling conventions), a simulated
+(``rt``, ``mdl``, ``op``, ``util`` with pyACL's calling conventions), a simulated
 ``libacl_tdt_queue.so`` and ``libascendcl.so`` for ctypes, executing ONNX models with
 onnxruntime as ATC would have built them (see :mod:`~streamer.runtime.acl.sim.manifest`). Every
 rule of reference/pyacl.md §9 is enforced with its documented error code; the module that
@@ -16,6 +16,10 @@ S12, S19-S21      :mod:`.streams`
 S17, S18          :mod:`.simulator`, :mod:`.queues`
 S22               :mod:`.threads`
 S23-S29           :mod:`.queues`, :mod:`.api_tdt`
+O1-O7             :mod:`.single_ops`, :mod:`.op_handles`, :mod:`.op_kernels` (single
+                  operators: ``acl.op.infer_shape`` / ``execute_v2``, tensor descriptions)
+AIPP              :mod:`.aipp_sets` (``create_aipp``, ``set_aipp_*``), :mod:`.aipp_model`
+                  (``set_input_aipp``, execution), :mod:`.aipp_data` (the AIPP input)
 ================  ======================================================================
 
 Module map: :mod:`.simulator` assembles one machine; ``api_*`` are the public surfaces;

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from streamer.runtime.acl.constants import AclCode
+from streamer.runtime.acl.sim.api_aipp import build_aipp
 from streamer.runtime.acl.sim.binding import SimError
 from streamer.runtime.acl.sim.cfunc import CFunction, SimLibrary
 from streamer.runtime.acl.sim.image import DynamicKind, TensorDesc
@@ -23,13 +24,15 @@ _MAX_GEAR_QUERY = 4096
 
 
 def build_mdl(sim: Simulator, with_q: bool) -> ModuleType:
-    """``acl.mdl``; ``load_from_file_with_q`` only when pyACL was built with ``USE_MDL``."""
+    """``acl.mdl``; ``load_from_file_with_q`` only when pyACL was built with ``USE_MDL``;
+    the dynamic AIPP functions from :mod:`~streamer.runtime.acl.sim.api_aipp`."""
     mdl = ModuleType("acl.mdl")
     _loading(sim, mdl, with_q)
     _description(sim, mdl)
     _gears(sim, mdl)
     _datasets(sim, mdl)
     _execution(sim, mdl)
+    build_aipp(sim, mdl)
     return mdl
 
 

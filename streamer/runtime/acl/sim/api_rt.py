@@ -76,11 +76,15 @@ def _devices(sim: Simulator, rt: ModuleType) -> None:
     def get_run_mode() -> tuple[int, int]:
         return int(sim.run_mode), 0
 
+    def get_context() -> tuple[int, int]:
+        return sim.devices.current().handle, 0
+
     export(rt, "acl.rt.set_device", "i", "ret", set_device)
     export(rt, "acl.rt.reset_device", "i", "ret", reset_device)
     export(rt, "acl.rt.create_context", "i", "pair", create_context)
     export(rt, "acl.rt.destroy_context", "k", "ret", destroy_context)
     export(rt, "acl.rt.set_context", "k", "ret", set_context)
+    export(rt, "acl.rt.get_context", "", "pair", get_context)
     export(rt, "acl.rt.get_run_mode", "", "pair", get_run_mode)
 
 

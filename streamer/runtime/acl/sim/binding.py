@@ -4,8 +4,10 @@ Each simulated function is declared with the ``PyArg_ParseTuple`` format of the 
 (RT ``python/pyACL/**/*.cpp``): a wrong number or type of arguments raises
 ``TypeError("acl.xxx args parse failed")`` instead of returning a code (``CHECK_NULL`` macro,
 RT ``python/pyACL/utils_methods.h``). Integers are converted as C does: ``k``/``K`` wrap to
-64 bits and ``I`` to 32 bits without overflow checks, ``i`` must fit an ``int``; only Python
-``int`` is accepted (a numpy integer is not a ``PyLong``). Results keep pyACL's shapes: a
+64 bits, ``I`` to 32 and ``B`` to 8 bits without overflow checks, ``i`` must fit an ``int``,
+``h`` a ``short``, ``L`` a ``long long`` and ``b`` an ``unsigned char`` (0..255); only Python
+``int`` is accepted (a numpy integer is not a ``PyLong``).
+``f`` takes an ``int`` or a ``float``. Results keep pyACL's shapes: a
 bare code, a ``(value, code)`` tuple, or a bare handle that is 0 on failure.
 
 Inside the simulator a broken rule raises :class:`SimError`, which the binding turns into the
@@ -32,7 +34,9 @@ Returns = Literal["ret", "pair", "handle", "value"]
 """Result shape: ``ret`` a code; ``pair`` ``(value, code)``; ``handle`` a handle, 0 on
 failure; ``value`` a plain value that has no failure code."""
 
-_INT_CODES = {"k": 64, "K": 64, "I": 32}
+_INT_CODES = {"k": 64, "K": 64, "I": 32, "B": 8}
+_CHECKED_INT_BITS = {"i": 32, "L": 64, "h": 16}
+_UNSIGNED_CHAR_MAX = 0xFF
 
 
 class SimError(Exception):
@@ -87,10 +91,19 @@ def _convert(api: str, code: str, arg: Any) -> Any:
         if not isinstance(arg, str):
             raise TypeError(f"{api} args parse failed")
         return arg
+    if code == "f":
+        if not isinstance(arg, int | float):
+            raise TypeError(f"{api} args parse failed")
+        return float(arg)
     if not isinstance(arg, int):
         raise TypeError(f"{api} args parse failed")
-    if code == "i":
-        if not -(2**31) <= arg < 2**31:
+    if code == "b":
+        if not 0 <= arg <= _UNSIGNED_CHAR_MAX:
+            raise TypeError(f"{api} args parse failed")
+        return int(arg)
+    if code in _CHECKED_INT_BITS:
+        bound = 1 << (_CHECKED_INT_BITS[code] - 1)
+        if not -bound <= arg < bound:
             raise TypeError(f"{api} args parse failed")
         return int(arg)
     return int(arg) & ((1 << _INT_CODES[code]) - 1)

@@ -13,25 +13,43 @@ What ATC bakes into an ``.om`` and the simulator reproduces (ATC parameter pages
     - Resolution gears fill the H and W dims of the ``input_format`` (NCHW: 2, 3; NHWC: 1, 2);
       dims gears need ``ND``, or no format given.
     - Static AIPP (``--insert_op_conf``) turns the image input into uint8 NHWC pixels and
-      normalises them on the device (manifest ``aipp``; see :mod:`streamer.runtime.acl.aipp`).
+      normalises them on the device (manifest ``aipp``; see
+      :mod:`streamer.runtime.acl.aipp_static`).
+    - Dynamic AIPP (``aipp_mode: dynamic``) does too, with parameters given per execution: the
+      image input takes uint8 NHWC pixels in ``max_src_image_size`` bytes, and one more input,
+      ``ascend_dynamic_aipp_data`` (after the data inputs, before the gear tensor), carries
+      the parameters (uint8, :func:`~streamer.runtime.acl.sim.aipp_data.aipp_data_size` of the
+      largest batch). The graph takes them as inputs
+      (:func:`~streamer.runtime.graph_preprocess.prepend_runtime_normalization`;
+      :mod:`streamer.runtime.acl.sim.aipp_model`).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from streamer.runtime.acl.aipp import AippRuleError, StaticAipp, check_static_aipp
-from streamer.runtime.acl.constants import ACL_DYNAMIC_TENSOR_NAME, DTYPES, DataType
+from streamer.runtime.acl.aipp_dynamic import DynamicAippConfig
+from streamer.runtime.acl.aipp_rules import AippRuleError, check_aipp_build
+from streamer.runtime.acl.aipp_static import StaticAipp
+from streamer.runtime.acl.constants import (
+    ACL_DYNAMIC_AIPP_NAME,
+    ACL_DYNAMIC_TENSOR_NAME,
+    DTYPES,
+    DataType,
+)
+from streamer.runtime.acl.sim.aipp_data import aipp_data_size
+from streamer.runtime.acl.sim.aipp_model import neutral_feeds, runtime_dtype
 from streamer.runtime.acl.sim.manifest import Manifest, ManifestError, onnx_path, read_manifest
-from streamer.runtime.graph_preprocess import prepend_normalization
+from streamer.runtime.graph_preprocess import prepend_normalization, prepend_runtime_normalization
 
 __all__ = ["DynamicKind", "ModelImage", "TensorDesc", "load_image"]
 
@@ -52,6 +70,8 @@ _ONNX_TYPES = {
 
 Shape = tuple[int, ...]
 Gear = tuple[int, ...]
+Feeds = Callable[[int], dict[str, np.ndarray]]
+"""Extra session inputs for a batch of the given size."""
 
 
 class DynamicKind(enum.Enum):
@@ -89,7 +109,8 @@ class ModelImage:
     """An "om" the simulator can load: descriptions, gears and the onnxruntime session.
 
     Attributes:
-        inputs: model inputs in order; a dynamic model's last one is the gear tensor.
+        inputs: model inputs in order: the data inputs, then the dynamic AIPP input of a
+            dynamic-AIPP model, then the gear tensor of a dynamic model.
         outputs: model outputs in order.
         kind: the dynamic option.
         gears: batch ``(b,)``, resolution ``(h, w)``, or every input's dims concatenated.
@@ -97,6 +118,7 @@ class ModelImage:
         session: the onnxruntime session that executes it.
         shapes: per gear, the data inputs' shapes.
         output_shapes: per gear, the outputs' shapes.
+        aipp: the ``aipp_op`` block of a dynamic-AIPP model, else None.
     """
 
     inputs: tuple[TensorDesc, ...]
@@ -107,6 +129,7 @@ class ModelImage:
     session: ort.InferenceSession = field(repr=False)
     shapes: dict[Gear, tuple[Shape, ...]] = field(repr=False)
     output_shapes: dict[Gear, tuple[Shape, ...]] = field(repr=False)
+    aipp: DynamicAippConfig | None = None
 
     @property
     def largest_gear(self) -> Gear:
@@ -127,14 +150,24 @@ class ModelImage:
         return None if self.kind == DynamicKind.STATIC else len(self.inputs) - 1
 
     @property
-    def data_inputs(self) -> tuple[TensorDesc, ...]:
-        """The inputs that carry data (without the gear tensor)."""
-        return self.inputs if self.dynamic_index is None else self.inputs[:-1]
+    def aipp_index(self) -> int | None:
+        """Index of ``ascend_dynamic_aipp_data``, or None without dynamic AIPP."""
+        return None if self.aipp is None else len(self.data_inputs)
 
-    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Execute on ``arrays`` (one per data input, shapes of one gear)."""
+    @property
+    def data_inputs(self) -> tuple[TensorDesc, ...]:
+        """The inputs that carry data (without the AIPP input and the gear tensor)."""
+        extra = (self.dynamic_index is not None) + (self.aipp is not None)
+        return self.inputs[: len(self.inputs) - extra]
+
+    def run(
+        self, arrays: Sequence[np.ndarray], feeds: Mapping[str, np.ndarray] | None = None
+    ) -> list[np.ndarray]:
+        """Execute on ``arrays`` (one per data input, shapes of one gear) and the extra session
+        inputs ``feeds`` (a dynamic-AIPP model's parameters)."""
         names = [t.name for t in self.data_inputs]
-        return list(self.session.run(None, dict(zip(names, arrays, strict=True))))
+        inputs = {**dict(zip(names, arrays, strict=True)), **(feeds or {})}
+        return list(self.session.run(None, inputs))
 
 
 def load_image(model: Path) -> ModelImage:
@@ -154,7 +187,8 @@ def load_image(model: Path) -> ModelImage:
     if manifest.aipp is not None:
         session, dims, axes = _with_aipp(onnx_file, manifest.aipp, manifest, kind, dims)
     shapes = {gear: _shapes_for(kind, dims, gear, axes) for gear in gears}
-    return _describe(session, dims, kind, gears, shapes, manifest.om2)
+    dynamic_aipp = manifest.aipp if isinstance(manifest.aipp, DynamicAippConfig) else None
+    return _describe(session, dims, kind, gears, shapes, manifest.om2, dynamic_aipp)
 
 
 def _session(source: str | bytes, onnx_file: Path) -> ort.InferenceSession:
@@ -172,37 +206,59 @@ def _session(source: str | bytes, onnx_file: Path) -> ort.InferenceSession:
 
 
 def _with_aipp(
-    onnx_file: Path, aipp: StaticAipp, manifest: Manifest, kind: DynamicKind, dims: dict[str, Shape]
+    onnx_file: Path,
+    aipp: StaticAipp | DynamicAippConfig,
+    manifest: Manifest,
+    kind: DynamicKind,
+    dims: dict[str, Shape],
 ) -> tuple[ort.InferenceSession, dict[str, Shape], tuple[int, ...]]:
-    """The session, input dims and gear axes of the model with static AIPP composed in.
+    """The session, input dims and gear axes of the model with AIPP composed in.
 
     The image input becomes uint8 (N, H, W, 3); resolution gears then fill dims 1 and 2.
+    Static AIPP's arithmetic is baked into the graph, dynamic AIPP's takes its parameters as
+    graph inputs (:func:`~streamer.runtime.graph_preprocess.prepend_runtime_normalization`).
 
     Raises:
         ManifestError: a combination rule is broken (the message names it, see
-            :func:`~streamer.runtime.acl.aipp.check_static_aipp`), crop or padding (not
-            simulated), more than one data input, or a source size other than the model's.
+            :func:`~streamer.runtime.acl.aipp_rules.check_aipp_build`), more than one data
+            input, static AIPP with what the simulator does not implement or a source size
+            other than the model's, or dynamic AIPP on an ``ND`` input (GE ``AippOp``: the
+            format must be NCHW or NHWC).
     """
     try:
-        check_static_aipp(aipp, None if kind == DynamicKind.STATIC else kind.value)  # type: ignore[arg-type]
+        check_aipp_build(aipp, None if kind == DynamicKind.STATIC else kind.value)  # type: ignore[arg-type]
     except AippRuleError as exc:
         raise ManifestError(f"aipp: {exc}") from exc
-    _require(
-        not (aipp.crop or aipp.padding), "aipp: the simulator does not implement crop or padding"
-    )
     _require(len(dims) == 1 and aipp.related_input_rank == 0, "aipp: one data input only")
-    layout = "NHWC" if manifest.input_format == "NHWC" else "NCHW"
+    layout: Literal["NCHW", "NHWC"] = "NHWC" if manifest.input_format == "NHWC" else "NCHW"
     ((name, shape),) = dims.items()
     nhwc = shape if layout == "NHWC" else (shape[0], shape[2], shape[3], shape[1])
+    original = onnx.load(str(onnx_file))
+    if isinstance(aipp, StaticAipp):
+        _check_static_aipp(aipp, name, nhwc)
+        model = prepend_normalization(original, aipp.normalization(layout))
+    else:
+        _require(
+            manifest.input_format != "ND", "aipp: dynamic AIPP needs input_format NCHW or NHWC"
+        )
+        model = prepend_runtime_normalization(original, layout)
+    axes = (1, 2) if kind == DynamicKind.HW else _gear_axes(kind, manifest)
+    return _session(model.SerializeToString(), onnx_file), {name: nhwc}, axes
+
+
+def _check_static_aipp(aipp: StaticAipp, name: str, nhwc: Shape) -> None:
+    """Raises: ManifestError: crop, padding or colour-space conversion (not simulated), or a
+    source size other than input ``name``'s (N, H, W, 3) ``nhwc``."""
+    _require(
+        not (aipp.crop or aipp.padding or aipp.csc_switch),
+        "aipp: the simulator does not implement crop, padding or colour-space conversion",
+    )
     source = (aipp.src_image_size_h, aipp.src_image_size_w)
     _require(
         source == (0, 0) or source == nhwc[1:3],
         f"aipp: src_image_size {list(source)} (h, w) differs from input {name!r} {list(nhwc[1:3])}"
         " and the simulator has no crop or resize",
     )
-    model = prepend_normalization(onnx.load(str(onnx_file)), aipp.normalization(layout))
-    axes = (1, 2) if kind == DynamicKind.HW else _gear_axes(kind, manifest)
-    return _session(model.SerializeToString(), onnx_file), {name: nhwc}, axes
 
 
 def _input_dims(session: ort.InferenceSession, manifest: Manifest) -> dict[str, Shape]:
@@ -288,8 +344,9 @@ def _describe(
     gears: tuple[Gear, ...],
     shapes: dict[Gear, tuple[Shape, ...]],
     om2: bool,
+    aipp: DynamicAippConfig | None,
 ) -> ModelImage:
-    args = session.get_inputs()
+    args = [arg for arg in session.get_inputs() if arg.name in dims]
     types = [_data_type(arg.type, arg.name) for arg in args]
     inputs = [
         TensorDesc(
@@ -297,28 +354,42 @@ def _describe(
         )
         for i, (arg, dtype) in enumerate(zip(args, types, strict=True))
     ]
-    output_shapes = _output_shapes(session, types, shapes)
+    extra = None if aipp is None else functools.partial(neutral_feeds, dtype=runtime_dtype(session))
+    names = [arg.name for arg in args]
+    output_shapes = _output_shapes(session, names, types, shapes, extra)
     outputs = _output_descs(session, output_shapes)
+    if aipp is not None:
+        inputs[0] = replace(inputs[0], size=aipp.max_src_image_size)
+        size = aipp_data_size(max(s[0][0] for s in shapes.values()))
+        inputs.append(TensorDesc(ACL_DYNAMIC_AIPP_NAME, (size,), DataType.UINT8, size))
     if kind != DynamicKind.STATIC:
         width = len(gears[0])
         inputs.append(TensorDesc(ACL_DYNAMIC_TENSOR_NAME, (width,), DataType.INT64, 8 * width))
-    return ModelImage(tuple(inputs), outputs, kind, gears, om2, session, shapes, output_shapes)
+    return ModelImage(
+        tuple(inputs), outputs, kind, gears, om2, session, shapes, output_shapes, aipp
+    )
 
 
 def _output_shapes(
-    session: ort.InferenceSession, types: list[DataType], shapes: dict[Gear, tuple[Shape, ...]]
+    session: ort.InferenceSession,
+    names: list[str],
+    types: list[DataType],
+    shapes: dict[Gear, tuple[Shape, ...]],
+    extra: Feeds | None,
 ) -> dict[Gear, tuple[Shape, ...]]:
-    """Per gear, the output shapes of one run on zeros (what ATC fixes for that gear).
+    """Per gear, the output shapes of one run on zeros (what ATC fixes for that gear), the
+    data inputs ``names`` joined by the ``extra`` inputs of the gear's batch size.
 
     Raises:
         ManifestError: the model does not run at a gear.
     """
-    names = [arg.name for arg in session.get_inputs()]
     found: dict[Gear, tuple[Shape, ...]] = {}
     for gear, gear_shapes in shapes.items():
         feeds = {
             n: np.zeros(s, DTYPES[t]) for n, s, t in zip(names, gear_shapes, types, strict=True)
         }
+        if extra is not None:
+            feeds.update(extra(gear_shapes[0][0]))
         try:
             found[gear] = tuple(tuple(out.shape) for out in session.run(None, feeds))
         except Exception as exc:  # onnxruntime raises untyped pybind errors

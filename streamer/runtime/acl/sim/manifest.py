@@ -19,14 +19,22 @@ Keys (all optional; no manifest = the ONNX shapes, which must then be static):
     dynamic_dims: per gear, the values of every ``-1`` dim, inputs in order; ND format only
         ("动态维度（ND格式）", seeds page "动态Batch/动态分辨率/动态维度").
     om2: the file is in OM2 format (``aclmdlLoadFromFileWithQ`` refuses it).
-    aipp: static AIPP (ATC ``--insert_op_conf``), the keys of the ``aipp_op`` block as JSON
-        (:class:`streamer.runtime.acl.aipp.StaticAipp`; ``streamer models aipp --json`` writes
-        it). The image input (``related_input_rank``, the only data input) then takes uint8
-        NHWC pixels of ``src_image_size`` (or the gear's size), the AIPP arithmetic is composed
-        into the graph (:mod:`streamer.runtime.graph_preprocess`), ``input_shape`` and the
-        gears still describe the model before AIPP. The combination rules are checked first
-        (:func:`~streamer.runtime.acl.aipp.check_static_aipp`); the simulator does not
-        implement ``crop`` or ``padding`` and refuses them after the rules.
+    aipp: AIPP (ATC ``--insert_op_conf``), the keys of the ``aipp_op`` block as JSON
+        (``streamer models aipp --json`` writes it); ``aipp_mode`` picks the kind:
+
+        - ``static`` (:class:`~streamer.runtime.acl.aipp_static.StaticAipp`): the image input
+          (``related_input_rank``, the only data input) takes uint8 NHWC pixels of
+          ``src_image_size`` (or the gear's size) and the AIPP arithmetic is composed into the
+          graph (:mod:`streamer.runtime.graph_preprocess`). The combination rules are checked
+          first (:func:`~streamer.runtime.acl.aipp_rules.check_static_aipp`); the simulator
+          does not implement ``crop``, ``padding`` or ``csc_switch`` and refuses them after
+          the rules.
+        - ``dynamic`` (:class:`~streamer.runtime.acl.aipp_dynamic.DynamicAippConfig`): the
+          image input takes uint8 NHWC pixels in ``max_src_image_size`` bytes, and the model
+          gets the ``ascend_dynamic_aipp_data`` input that ``acl.mdl.set_input_aipp`` fills
+          before each execution (:mod:`streamer.runtime.acl.sim.aipp_image`).
+
+        ``input_shape`` and the gears still describe the model before AIPP.
 
 At most one of the three dynamic options, and 2 to 100 gears, as ATC requires (S16; HA
 ``canncommercial/850/devaids/atctool/atlasatcparam_16_0018.html`` for --dynamic_batch_size,
@@ -43,7 +51,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from streamer.runtime.acl.aipp import StaticAipp
+from streamer.runtime.acl.aipp_dynamic import DynamicAippConfig
+from streamer.runtime.acl.aipp_static import StaticAipp
 
 __all__ = ["Manifest", "ManifestError", "manifest_path", "onnx_path", "read_manifest"]
 
@@ -72,7 +81,7 @@ class Manifest(BaseModel):
         default=None, min_length=_MIN_GEARS, max_length=_MAX_GEARS
     )
     om2: bool = False
-    aipp: StaticAipp | None = None
+    aipp: StaticAipp | DynamicAippConfig | None = None
 
     @model_validator(mode="after")
     def _one_dynamic_kind(self) -> Manifest:

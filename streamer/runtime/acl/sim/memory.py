@@ -192,6 +192,17 @@ class SimMemory:
             offset = src - source.start
             self._write(dst, bytes(source.data[offset : offset + count]))
 
+    def owner(self, ptr: int, count: int) -> tuple[MemoryKind, int | None]:
+        """Kind and device (None for host and user memory) of the live allocation that holds
+        ``[ptr, ptr + count)``.
+
+        Raises:
+            SimError: the range is not inside one live allocation.
+        """
+        with self._lock:
+            alloc = self._resolve(ptr, count)
+            return alloc.kind, alloc.device
+
     def host_read(self, ptr: int, count: int, host_run_mode: bool) -> bytes:
         """``acl.util.ptr_to_bytes``: what the application process reads at ``ptr``.
 

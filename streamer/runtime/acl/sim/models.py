@@ -19,6 +19,20 @@ Rules (reference/pyacl.md §2 and §9):
         (GE ``GeExecutor::GetCurDynamicDims``).
     S16: one dynamic kind per model: the setter of another kind returns
         ``ACL_ERROR_MODEL_NOT_DYNAMIC``.
+    Execution memory: every data buffer of an execution's input and output datasets points
+        into device memory of the model's device; ``malloc_host`` memory counts only when the
+        application runs on the device (``aclmdlExecute`` constraints, HA ``canncommercial/
+        850/API/appdevgapi/aclcppdevg_03_0298``: the memory of model inputs and outputs is
+        Device memory, and ``aclrtMallocHost`` gives Device memory only there). The page gives
+        no code; the simulator returns ``ACL_ERROR_INVALID_PARAM``. A data buffer may sit in
+        several datasets (the next model of a chain reads the previous one's output buffer).
+
+Dynamic AIPP: ``set_input_aipp`` checks an ``aclmdlAIPP`` against the model and writes it into
+the dataset's ``ascend_dynamic_aipp_data`` buffer; each execution reads it back from there
+(:mod:`~streamer.runtime.acl.sim.aipp_model`: the checks, error codes and what is simulated).
+An index that is not the model's dynamic AIPP input is ``ACL_ERROR_INVALID_PARAM`` (GE
+``CheckAippDataIndex``); a buffer too small for the parameters is
+``ACL_ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID``.
 
 The gear last set on a model is its *current gear* (model state, not dataset state: GE
 ``GraphExecutor::SetDynamicSize(model_id, …)``); ``get_cur_output_dims`` reports the output
@@ -38,11 +52,13 @@ from pathlib import Path
 import numpy as np
 
 from streamer.runtime.acl.constants import AclCode
+from streamer.runtime.acl.sim.aipp_data import AippParameters, decode, encode
+from streamer.runtime.acl.sim.aipp_model import check_parameters, parameter_feeds, runtime_dtype
 from streamer.runtime.acl.sim.binding import SimError
 from streamer.runtime.acl.sim.faults import Faults
 from streamer.runtime.acl.sim.image import DynamicKind, Gear, ModelImage, load_image
 from streamer.runtime.acl.sim.manifest import ManifestError, onnx_path
-from streamer.runtime.acl.sim.memory import SimMemory
+from streamer.runtime.acl.sim.memory import MemoryKind, SimMemory
 
 __all__ = ["Buffer", "LoadedModel", "SimModels"]
 
@@ -94,9 +110,15 @@ class SimModels:
     """
 
     def __init__(
-        self, memory: SimMemory, faults: Faults, log_problem: Callable[[str], None]
+        self,
+        memory: SimMemory,
+        faults: Faults,
+        log_problem: Callable[[str], None],
+        *,
+        host_is_device: bool,
     ) -> None:
         self._memory = memory
+        self._host_is_device = host_is_device
         self._faults = faults
         self._log_problem = log_problem
         self._lock = threading.Lock()
@@ -224,6 +246,18 @@ class SimModels:
             if self._buffers.pop(handle, None) is None:
                 raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no data buffer {handle:#x}")
 
+    def buffer(self, handle: int) -> Buffer:
+        """The data buffer ``handle``.
+
+        Raises:
+            SimError: unknown buffer (``ACL_ERROR_INVALID_PARAM``).
+        """
+        with self._lock:
+            found = self._buffers.get(handle)
+        if found is None:
+            raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no data buffer {handle:#x}")
+        return found
+
     def create_dataset(self) -> int:
         with self._lock:
             handle = next(self._handles)
@@ -314,16 +348,66 @@ class SimModels:
             )
         self._memory.write(target.ptr, data)
 
-    def check_io(self, model: LoadedModel, inputs: int, outputs: int) -> None:
-        """The datasets have one buffer per model input and output.
+    def set_input_aipp(
+        self, model: LoadedModel, dataset: int, index: int, params: AippParameters
+    ) -> None:
+        """Check ``params`` against the model and write them into its dynamic AIPP input in
+        ``dataset`` (module docstring).
 
         Raises:
-            SimError: ``ACL_ERROR_MODEL_INPUT_NOT_MATCH`` / ``..._OUTPUT_NOT_MATCH``.
+            SimError: ``index`` is not the dynamic AIPP input, the parameters do not fit the
+                model, or ``dataset`` has no buffer large enough at ``index``.
+        """
+        image = model.image
+        if image.aipp_index is None or index != image.aipp_index:
+            raise SimError(
+                AclCode.ERROR_INVALID_PARAM,
+                "AIPP",
+                f"index {index} is not the dynamic AIPP input of the model ({image.aipp_index})",
+            )
+        check_parameters(image, params)
+        buffers = self.dataset(dataset)
+        if index >= len(buffers):
+            raise SimError(AclCode.ERROR_INVALID_PARAM, "AIPP", f"no data buffer at {index}")
+        data = encode(params)
+        if buffers[index].size < len(data):
+            raise SimError(
+                AclCode.ERROR_GE_DYNAMIC_INPUT_LENGTH_INVALID,
+                "AIPP",
+                f"AIPP input of {buffers[index].size} bytes for {len(data)}",
+            )
+        self._memory.write(buffers[index].ptr, data)
+
+    def check_io(self, model: LoadedModel, inputs: int, outputs: int) -> None:
+        """The datasets have one buffer per model input and output, each in device memory of
+        the model's device (module docstring).
+
+        Raises:
+            SimError: ``ACL_ERROR_MODEL_INPUT_NOT_MATCH`` / ``..._OUTPUT_NOT_MATCH``, or
+                ``ACL_ERROR_INVALID_PARAM`` for a buffer elsewhere.
         """
         if len(self.dataset(inputs)) != len(model.image.inputs):
             raise SimError(AclCode.ERROR_MODEL_INPUT_NOT_MATCH, "dataset", "input count")
         if len(self.dataset(outputs)) != len(model.image.outputs):
             raise SimError(AclCode.ERROR_MODEL_OUTPUT_NOT_MATCH, "dataset", "output count")
+        for buffer in [*self.dataset(inputs), *self.dataset(outputs)]:
+            if buffer.size:
+                self._check_device_memory(model, buffer)
+
+    def _check_device_memory(self, model: LoadedModel, buffer: Buffer) -> None:
+        """Raises: SimError: ``buffer`` is not device memory of the model's device."""
+        kind, device = self._memory.owner(buffer.ptr, buffer.size)
+        if kind == MemoryKind.DEVICE and device == model.device:
+            return
+        if kind == MemoryKind.HOST and self._host_is_device:
+            return
+        where = f"device {device}" if kind == MemoryKind.DEVICE else f"{kind.value} memory"
+        raise SimError(
+            AclCode.ERROR_INVALID_PARAM,
+            "execute-memory",
+            f"data buffer at {buffer.ptr:#x} is in {where}; the model runs on device "
+            f"{model.device} and reads and writes device memory only",
+        )
 
     @contextlib.contextmanager
     def executing(self, model: LoadedModel) -> Iterator[None]:
@@ -360,10 +444,12 @@ class SimModels:
             model.pending -= 1
 
     def run(self, model: LoadedModel, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
-        """One execution: read the gear and inputs from memory, run, write the outputs.
+        """One execution: read the gear, the inputs and a dynamic-AIPP model's parameters from
+        memory, run, write the outputs.
 
         Raises:
-            SimError: no valid gear, a buffer smaller than its tensor, or bad memory.
+            SimError: no valid gear, no or unusable AIPP parameters, a buffer smaller than its
+                tensor, or bad memory.
         """
         image = model.image
         shapes = image.shapes[self._gear(image, inputs)]
@@ -375,8 +461,10 @@ class SimModels:
             _require_room(buffer, nbytes, desc.name)
             data = self._memory.read(buffer.ptr, nbytes)
             arrays.append(np.frombuffer(data, desc.dtype).reshape(shape))
+        feeds = self._aipp_feeds(image, inputs, shapes[0])
         self._faults.delay_execution()
-        for result, buffer, desc in zip(image.run(arrays), outputs, image.outputs, strict=True):
+        results = image.run(arrays, feeds)
+        for result, buffer, desc in zip(results, outputs, image.outputs, strict=True):
             _require_room(buffer, result.nbytes, desc.name)
             self._memory.write(buffer.ptr, np.ascontiguousarray(result).tobytes())
 
@@ -389,6 +477,31 @@ class SimModels:
                 "datasets": list(self._datasets),
                 "data_buffers": list(self._buffers),
             }
+
+    def _aipp_feeds(
+        self, image: ModelImage, inputs: Sequence[Buffer], pixels: tuple[int, ...]
+    ) -> dict[str, np.ndarray] | None:
+        """The AIPP parameters in the dataset as graph inputs for images of shape ``pixels``,
+        or None for a model without dynamic AIPP.
+
+        Raises:
+            SimError: none were written (``ACL_ERROR_GE_AIPP_NOT_EXIST``), or they do not fit
+                the images.
+        """
+        index = image.aipp_index
+        if index is None:
+            return None
+        size = image.inputs[index].size
+        _require_room(inputs[index], size, image.inputs[index].name)
+        params = decode(self._memory.read(inputs[index].ptr, size))
+        if params is None:
+            raise SimError(
+                AclCode.ERROR_GE_AIPP_NOT_EXIST,
+                "AIPP",
+                "the dynamic AIPP input holds no parameters: acl.mdl.set_input_aipp was not "
+                "called on this dataset",
+            )
+        return parameter_feeds(params, pixels, runtime_dtype(image.session))
 
     def _gear(self, image: ModelImage, inputs: Sequence[Buffer]) -> tuple[int, ...]:
         index = image.dynamic_index

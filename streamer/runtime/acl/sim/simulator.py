@@ -23,7 +23,9 @@ import structlog
 from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import AclCode, RunMode
 from streamer.runtime.acl.options import SimOptions
+from streamer.runtime.acl.sim.aipp_sets import SimAippSets
 from streamer.runtime.acl.sim.api_mdl import build_acl_library, build_mdl
+from streamer.runtime.acl.sim.api_op import build_op, build_tensor_desc
 from streamer.runtime.acl.sim.api_rt import build_rt, build_top_level, build_util
 from streamer.runtime.acl.sim.api_tdt import build_tdt_library
 from streamer.runtime.acl.sim.binding import Binder, SimError, Violation
@@ -35,6 +37,7 @@ from streamer.runtime.acl.sim.image import DynamicKind
 from streamer.runtime.acl.sim.memory import SimMemory
 from streamer.runtime.acl.sim.models import SimModels
 from streamer.runtime.acl.sim.queues import QueueTimeouts, SimQueues
+from streamer.runtime.acl.sim.single_ops import SimSingleOps
 from streamer.runtime.acl.sim.streams import Reports, SimStream
 from streamer.runtime.acl.sim.threads import SimThreads
 
@@ -44,10 +47,12 @@ _log = structlog.get_logger(__name__)
 
 
 class _AclModule(ModuleType):
-    """The simulated ``acl`` module: functions plus the ``rt``, ``mdl``, ``util`` modules."""
+    """The simulated ``acl`` module: functions plus the ``rt``, ``mdl``, ``op``, ``util``
+    modules."""
 
     rt: ModuleType
     mdl: ModuleType
+    op: ModuleType
     util: ModuleType
 
 
@@ -75,9 +80,23 @@ class Simulator:
         self.problems: list[str] = []
         self.reports = Reports(self.callback_errors.append)
         self.threads = SimThreads()
-        self.models = SimModels(self.memory, self.faults, self._problem)
+        self.models = SimModels(
+            self.memory,
+            self.faults,
+            self._problem,
+            host_is_device=self.run_mode == RunMode.DEVICE,
+        )
+        self.aipp_sets = SimAippSets()
         self.queues = SimQueues(self.memory, self.faults, self._timeouts(), self._task_error)
         self._streams: dict[int, SimStream] = {}
+        self.ops = SimSingleOps(
+            self.memory,
+            self.models,
+            self.devices,
+            self.stream,
+            self.run_mode,
+            options.unknown_rank_ops,
+        )
         self._stream_ids = itertools.count(0x5700_0000_0200, 0x200)
         self._lock = threading.Lock()
         self._initialized = False
@@ -174,7 +193,9 @@ class Simulator:
             "initialized": [True] if self._initialized else [],
             **self.devices.live(),
             **self.models.live(),
+            **self.aipp_sets.live(),
             **self.queues.live(),
+            **self.ops.live(),
         }
         return {kind: items for kind, items in resources.items() if items}
 
@@ -183,6 +204,8 @@ class Simulator:
         build_top_level(self, acl)
         acl.rt = build_rt(self)
         acl.mdl = build_mdl(self, self.options.with_q == "pyacl")
+        build_tensor_desc(self, acl)
+        acl.op = build_op(self)
         acl.util = build_util(self)
         return acl
 

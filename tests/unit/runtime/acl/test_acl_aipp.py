@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from streamer.cli import main
-from streamer.runtime.acl.aipp import AippRuleError, StaticAipp, check_static_aipp
+from streamer.runtime.acl.aipp_rules import AippRuleError, check_aipp_build
+from streamer.runtime.acl.aipp_static import StaticAipp
 from streamer.runtime.acl.sim.image import load_image
 from streamer.runtime.acl.sim.manifest import ManifestError
 from streamer.runtime.graph_preprocess import InputNormalization
@@ -101,9 +102,9 @@ def test_broken_rule_is_a_load_error_naming_it(
 
 
 def test_rules_allow_static_aipp_with_batch_gears() -> None:
-    check_static_aipp(AIPP.model_copy(update={"src_image_size_w": 8}), "batch")
+    check_aipp_build(AIPP.model_copy(update={"src_image_size_w": 8}), "batch")
     with pytest.raises(AippRuleError, match="dynamic dims"):
-        check_static_aipp(AIPP, "dims")
+        check_aipp_build(AIPP, "dims")
 
 
 def test_cli_prints_the_config_and_the_manifest_section(tmp_path: Path) -> None:

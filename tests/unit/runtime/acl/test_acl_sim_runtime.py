@@ -51,10 +51,11 @@ def test_s3_no_tdt_module_and_with_q_by_configuration() -> None:
 
 
 def test_s4_no_constants_exported(sim: Simulator) -> None:
-    for module in (sim.acl, sim.acl.rt, sim.acl.mdl, sim.acl.util):
+    for module in (sim.acl, sim.acl.rt, sim.acl.mdl, sim.acl.op, sim.acl.util):
         public = [name for name in vars(module) if not name.startswith("_")]
         assert all(
-            callable(getattr(module, name)) or name in {"rt", "mdl", "util"} for name in public
+            callable(getattr(module, name)) or name in {"rt", "mdl", "op", "util"}
+            for name in public
         )
         assert not [name for name in public if name.isupper()]
 

@@ -12,29 +12,20 @@ sends the decoded BGR pixels, so an RGB model gets ``rbuv_swap_switch: true`` (n
 conversion: ``csc_switch`` stays off, it converts YUV ↔ RGB). The letterbox borders are drawn
 on the host (they vary per frame), so ``crop`` and ``padding`` stay off.
 
-The combination rules with dynamic shapes (seeds "动态Batch/动态分辨率/动态维度", 须知):
-    - *static AIPP with dynamic resolution*: no crop and no padding, and ``src_image_size_w``
-      = ``src_image_size_h`` = 0 (the image size is the gear's).
-    - *AIPP with dynamic dims*: never (static or dynamic AIPP).
-:func:`check_static_aipp` raises :class:`AippRuleError` naming the rule broken; the simulator
-calls it when it loads a manifest with an ``aipp`` section, as ATC refuses such a build.
+The combination rules with dynamic shapes are in :mod:`streamer.runtime.acl.aipp_rules`;
+dynamic AIPP (parameters set per execution) in :mod:`streamer.runtime.acl.aipp_dynamic`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamer.runtime.graph_preprocess import InputNormalization
 
-__all__ = ["AippRuleError", "StaticAipp", "check_static_aipp"]
-
-RULES_PAGE = 'seeds "动态Batch/动态分辨率/动态维度"'
-
-
-class AippRuleError(ValueError):
-    """An AIPP setting breaks a documented combination rule; the message names the rule."""
+__all__ = ["StaticAipp", "aipp_op_text"]
 
 
 class StaticAipp(BaseModel):
@@ -109,40 +100,15 @@ class StaticAipp(BaseModel):
 
     def to_config(self) -> str:
         """The ATC ``--insert_op_conf`` file text: one ``aipp_op { key : value }`` block."""
-        lines = ["aipp_op {"]
-        for key, value in self.model_dump().items():
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-            lines.append(f"    {key} : {text}")
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        return aipp_op_text(self.model_dump())
 
 
-def check_static_aipp(aipp: StaticAipp, dynamic: Literal["batch", "hw", "dims"] | None) -> None:
-    """Refuse static AIPP combined with a dynamic option the docs forbid it with.
-
-    Args:
-        aipp: the model's static AIPP.
-        dynamic: the model's dynamic option (ATC ``--dynamic_batch_size`` = ``batch``,
-            ``--dynamic_image_size`` = ``hw``, ``--dynamic_dims`` = ``dims``), or None.
-
-    Raises:
-        AippRuleError: the message names the rule and the settings at fault.
-    """
-    if dynamic == "dims":
-        raise AippRuleError(
-            f"rule 'AIPP never with dynamic dims': static AIPP and dynamic_dims cannot be "
-            f"used on one model ({RULES_PAGE}: AIPP与动态维度不能同时使用)"
-        )
-    if dynamic != "hw":
-        return
-    if aipp.crop or aipp.padding:
-        raise AippRuleError(
-            f"rule 'static AIPP with dynamic resolution: no crop or padding': crop = "
-            f"{aipp.crop}, padding = {aipp.padding} with dynamic_image_size ({RULES_PAGE})"
-        )
-    if aipp.src_image_size_w or aipp.src_image_size_h:
-        raise AippRuleError(
-            f"rule 'static AIPP with dynamic resolution: source size 0': src_image_size_w = "
-            f"{aipp.src_image_size_w}, src_image_size_h = {aipp.src_image_size_h} with "
-            f"dynamic_image_size; set both to 0 ({RULES_PAGE})"
-        )
+def aipp_op_text(values: Mapping[str, Any]) -> str:
+    """One ``aipp_op { key : value }`` block of an ATC AIPP config file, booleans in lower
+    case, keys in the order given."""
+    lines = ["aipp_op {"]
+    for key, value in values.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        lines.append(f"    {key} : {text}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,264 @@
+"""A chain's model stages: each model loaded on every device, its plug-ins, and the links
+between stages, all checked against the config before anything runs.
+
+A stage is one of:
+
+- *single* (``input = "frame"``): a preprocessor makes each frame's tensor and transform, a
+  postprocessor its results.
+- *item* (``postprocess.kind`` an item stage of :mod:`streamer.vision.stages`, e.g. behind
+  ``input = "<stage>:crops"``): it makes several inputs per frame and folds their outputs
+  into the frame's results.
+- *tensor* (``input = "<stage>:tensor[:<map>]"``, :mod:`streamer.scheduling.tensor_link`): it
+  runs the upstream's batches as they are, so it has no preprocessor, and its postprocessor
+  sees the chain up to it as one model: the image input of the stage that made the frames'
+  transform (a letterbox, say) and this stage's outputs. A BlazeFace head after its backbone
+  thus takes ``kind = "blazeface"``, which finds its variant from the 128x128 image input
+  and maps boxes to frame pixels with each frame's letterbox transform.
+
+A stage that feeds a tensor stage has no postprocessor: its dequeue threads hand its outputs
+on (:meth:`ModelStage.postprocess_batch`), and it is loaded with ``device_outputs`` so that on
+ACL they stay in device memory for the next model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import cast
+
+import numpy as np
+
+from streamer.assets import ASSETS, SPLITS
+from streamer.config import Config, ModelConfig
+from streamer.errors import ConfigError
+from streamer.frames import Frame
+from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel
+from streamer.runtime.base import Tensor
+from streamer.runtime.ops.base import Operators
+from streamer.scheduling.chain import store_outputs
+from streamer.scheduling.policy import BatchPolicy
+from streamer.scheduling.tensor_link import TensorLink, check_batch_sizes
+from streamer.vision.postprocess import Postprocessor
+from streamer.vision.preprocess import Preprocessor
+from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
+from streamer.vision.stages import ITEM_STAGES, ItemStage
+
+__all__ = ["ModelStage", "load_chain"]
+
+
+@dataclass
+class ModelStage:
+    """One model stage: its replicas (one model per device and replica), plug-ins and batch
+    policy, loaded and checked (module docstring for the kinds of stage).
+
+    Attributes:
+        config: its ``[[models]]`` table.
+        models: ``(device, model)`` per replica.
+        policy: its batch policy (a tensor stage runs its upstream's batches instead).
+        preprocess: frame → tensor and transform; only for a stage that reads the frame.
+        postprocess: outputs → results; None for an item stage or one that hands on.
+        items: an item stage's logic.
+        link: for a stage that feeds a tensor stage, which of its outputs feed which input.
+    """
+
+    config: ModelConfig
+    models: list[tuple[int, QueueModel]]
+    policy: BatchPolicy
+    preprocess: Preprocessor | None
+    postprocess: Postprocessor | None
+    items: ItemStage | None = None
+    link: TensorLink | None = None
+
+    @property
+    def name(self) -> str:
+        """The stage's (model's) name."""
+        return self.config.name
+
+    @property
+    def tensor_fed(self) -> bool:
+        """Whether it reads the previous stage's outputs through the ``tensor`` adapter."""
+        return self.config.source.adapter == "tensor"
+
+    @property
+    def model(self) -> QueueModel:
+        """The first replica's model (they all have the same ModelInfo)."""
+        return self.models[0][1]
+
+    def close(self) -> None:
+        """Close every replica's model; idempotent."""
+        for _, model in self.models:
+            model.close()
+
+    def postprocess_batch(self, outputs: Sequence[Tensor], frames: list[Frame]) -> None:
+        """Fill ``frame.results`` of each frame (item) from the batch-first ``outputs``; a
+        stage that feeds a tensor stage gives every frame the batch's handover instead."""
+        if self.link is not None:
+            handover = self.link.hand_over(outputs)
+            for frame in frames:
+                frame.handover = handover
+            return
+        # Device tensors come only from a stage loaded with device_outputs: one with a link.
+        arrays = cast("Sequence[np.ndarray]", outputs)
+        if self.postprocess is None:
+            store_outputs(arrays, frames)
+            return
+        results = self.postprocess(arrays, [f.transform for f in frames])
+        for frame, result in zip(frames, results, strict=True):
+            frame.results = result
+
+
+def load_chain(backend: Backend, config: Config) -> list[ModelStage]:
+    """Every stage in chain order, loaded and checked; all or nothing.
+
+    Raises:
+        ConfigError, ModelError, BackendError: what was loaded is released first.
+    """
+    chain = config.chain()
+    stages: list[ModelStage] = []
+    try:
+        for model, feeds in zip(chain, [*chain[1:], None], strict=True):
+            hands_on = feeds is not None and feeds.source.adapter == "tensor"
+            stages.append(_load_stage(backend, config, model, stages, hands_on))
+    except BaseException:
+        for stage in reversed(stages):
+            stage.close()
+        raise
+    return stages
+
+
+def _load_stage(
+    backend: Backend,
+    config: Config,
+    model_config: ModelConfig,
+    upstream: list[ModelStage],
+    hands_on: bool,
+) -> ModelStage:
+    """Load one stage after ``upstream`` (the stages before it), linking it to the last of
+    them if it is a tensor stage."""
+    where = f"models[{config.models.index(model_config)}]"
+    models = _load_replicas(backend, config, model_config, where, hands_on)
+    try:
+        stage = _plug_in(model_config, models, where, upstream, backend.operators())
+        if stage.tensor_fed:
+            _link(upstream[-1], stage)
+        return stage
+    except BaseException:
+        for _, model in models:
+            model.close()
+        raise
+
+
+def _check_asset(model: ModelConfig, config: Config, where: str) -> None:
+    """A named ``asset`` must be a model of the catalog, fetched.
+
+    Raises:
+        ConfigError: an unknown asset (the message lists the known ones), or one not fetched.
+    """
+    if model.asset is None:
+        return
+    known = sorted([*(a.name for a in ASSETS if a.kind != "media"), *(s.name for s in SPLITS)])
+    if model.asset not in known:
+        raise ConfigError(f"{where}.asset: unknown {model.asset!r}; known: {', '.join(known)}")
+    if not config.model_path(model).exists():
+        raise ConfigError(f"{where}.asset: {model.asset!r} is not fetched: streamer models fetch")
+
+
+def _load_replicas(
+    backend: Backend, config: Config, model_config: ModelConfig, where: str, hands_on: bool
+) -> list[tuple[int, QueueModel]]:
+    """Load the model ``replicas`` times on every device; all or nothing. A model that hands
+    its outputs on keeps them in device memory where the backend has any."""
+    _check_asset(model_config, config, where)
+    loaded: list[tuple[int, QueueModel]] = []
+    try:
+        for device in config.runtime.devices:
+            for _ in range(model_config.replicas):
+                spec = ModelSpec(
+                    name=model_config.name,
+                    path=config.model_path(model_config),
+                    device=device,
+                    mode=model_config.mode,
+                    max_in_flight=model_config.max_in_flight,
+                    batch_gears=model_config.batch.gears,
+                    preprocess=model_config.preprocess,
+                    device_outputs=hands_on,
+                )
+                loaded.append((device, backend.load(spec)))
+    except BaseException:
+        for _, model in loaded:
+            model.close()
+        raise
+    return loaded
+
+
+def _plug_in(
+    model_config: ModelConfig,
+    models: list[tuple[int, QueueModel]],
+    where: str,
+    upstream: Sequence[ModelStage],
+    operators: Operators,
+) -> ModelStage:
+    """The stage's plug-ins, checked against the loaded model; those with ``nms =
+    "operator"`` get the backend's ``operators``.
+
+    Raises:
+        ConfigError: a bad plug-in, a missing preprocess table, a crops stage that is not an
+            item stage, or a tensor stage that is one.
+    """
+    info = models[0][1].info
+    policy = BatchPolicy.for_model(model_config.batch, info)
+    post = model_config.postprocess
+    adapter = model_config.source.adapter
+    is_items = post is not None and post.kind in ITEM_STAGES
+    if (adapter == "crops" and not is_items) or (adapter == "tensor" and is_items):
+        kind = post.kind if post is not None else None
+        needs = "needs an item stage" if adapter == "crops" else "cannot be an item stage"
+        raise ConfigError(
+            f"{where}.postprocess.kind: a stage fed through the {adapter} adapter {needs} "
+            f"({', '.join(ITEM_STAGES.names())}), got {kind!r}"
+        )
+    if is_items:
+        assert post is not None
+        items = ITEM_STAGES.create(post, info, f"{where}.postprocess", operators)
+        return ModelStage(model_config, models, policy, None, None, items)
+    preprocess = _preprocessor(model_config, info, where) if adapter is None else None
+    postprocess = None
+    if post is not None:
+        view = _image_view(info, upstream) if adapter == "tensor" else info
+        postprocess = POSTPROCESSORS.create(post, view, f"{where}.postprocess", operators)
+    return ModelStage(model_config, models, policy, preprocess, postprocess)
+
+
+def _preprocessor(model_config: ModelConfig, info: ModelInfo, where: str) -> Preprocessor:
+    """The preprocessor of a stage that reads the frame.
+
+    Raises:
+        ConfigError: no ``[models.preprocess]``, or a bad one.
+    """
+    if model_config.preprocess is None:
+        post = model_config.postprocess
+        kind = f" for postprocess kind {post.kind!r}" if post is not None else ""
+        raise ConfigError(f"{where}.preprocess: required{kind}")
+    return PREPROCESSORS.create(model_config.preprocess, info, f"{where}.preprocess")
+
+
+def _image_view(info: ModelInfo, upstream: Sequence[ModelStage]) -> ModelInfo:
+    """What a tensor stage's postprocessor sees: the inputs of the stage that made the
+    frames' transform (the last one before it that is not a tensor stage) and its own
+    outputs (module docstring)."""
+    root = next(s for s in reversed(upstream) if not s.tensor_fed)
+    return replace(
+        root.model.info, name=info.name, outputs=info.outputs, batch_gears=info.batch_gears
+    )
+
+
+def _link(upstream: ModelStage, stage: ModelStage) -> None:
+    """Resolve and check the tensor link into ``stage``; ``upstream`` then hands on.
+
+    Raises:
+        ConfigError: see :meth:`TensorLink.resolve` and :func:`check_batch_sizes`.
+    """
+    info = stage.model.info
+    link = TensorLink.resolve(stage.config.source, upstream.model.info, info)
+    check_batch_sizes(link, upstream.policy.executed_sizes, info)
+    upstream.link = link

@@ -1,0 +1,129 @@
+"""Tensor descriptions of single operators, and the output shapes to execute them with.
+
+Dynamic-shape single operators (seeds "执行动态Shape算子示例代码"; RT ``python/docs/zh/
+api_ref/ge/function-infer_shape.md``): before ``acl.op.execute_v2``, ``acl.op.infer_shape``
+describes each output, and the dims to allocate and execute with are taken per output:
+
+1. an exact dim: that dim;
+2. ``-1``: the maximum of its range (``acl.get_tensor_desc_dim_range``); a range without a
+   maximum (``[1, -1]``: any size) needs a configured maximum shape;
+3. an unknown rank (``acl.get_tensor_desc_num_dims`` returns ``ACL_UNKNOWN_RANK``, the
+   reserved scenario): the configured maximum shape.
+
+After a synchronous execution (2 and 3) ``execute_v2`` has written the exact dims back into
+the output descriptions; :func:`read_dims` reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from streamer.runtime.acl.constants import (
+    ACL_FORMAT_ND,
+    ACL_UNKNOWN_RANK,
+    DTYPES,
+    AclCode,
+    DataType,
+)
+from streamer.runtime.acl.errors import AclError, check_handle, check_ret, code_name
+from streamer.runtime.acl.teardown import Teardown
+
+__all__ = ["MaxShapeMissing", "create_tensor_desc", "data_type", "execution_dims", "read_dims"]
+
+_DATA_TYPES = {dtype: data for data, dtype in DTYPES.items()}
+
+
+class MaxShapeMissing(Exception):
+    """An output's size is not bounded by shape inference and no maximum shape is configured
+    (``[runtime.options] op_max_shapes``)."""
+
+
+def data_type(dtype: np.dtype[Any]) -> DataType:
+    """The ``aclDataType`` of a numpy dtype.
+
+    Raises:
+        ValueError: a dtype without an ``aclDataType``.
+    """
+    found = _DATA_TYPES.get(np.dtype(dtype))
+    if found is None:
+        raise ValueError(f"no aclDataType for {dtype}")
+    return found
+
+
+def create_tensor_desc(
+    acl: Any, dtype: np.dtype[Any], dims: Sequence[int], teardown: Teardown
+) -> int:
+    """``acl.create_tensor_desc(data_type, dims, ACL_FORMAT_ND)``; its release goes on
+    ``teardown``.
+
+    Raises:
+        AclError: a NULL handle.
+    """
+    desc = check_handle(
+        acl.create_tensor_desc(int(data_type(dtype)), [int(d) for d in dims], ACL_FORMAT_ND),
+        "acl.create_tensor_desc",
+    )
+    teardown.push_call(lambda: acl.destroy_tensor_desc(desc))
+    return desc
+
+
+def execution_dims(acl: Any, desc: int, max_shape: Sequence[int] | None) -> tuple[int, ...]:
+    """The dims to execute an output with, from its inferred description (module docstring).
+
+    Args:
+        acl: the pyACL module.
+        desc: the output description ``acl.op.infer_shape`` filled.
+        max_shape: the configured maximum shape of this output, or None.
+
+    Returns:
+        Concrete dims, >= 0.
+
+    Raises:
+        AclError: a getter failed.
+        MaxShapeMissing: a rank or a dim is unbounded and ``max_shape`` does not give it.
+    """
+    rank = int(acl.get_tensor_desc_num_dims(desc))
+    if rank == ACL_UNKNOWN_RANK:
+        if max_shape is None:
+            raise MaxShapeMissing("the output rank is unknown")
+        return tuple(int(d) for d in max_shape)
+    dims = []
+    for index in range(rank):
+        dim, ret = acl.get_tensor_desc_dim_v2(desc, index)
+        check_ret(ret, "acl.get_tensor_desc_dim_v2")
+        if dim == -1:
+            dim = _range_max(acl, desc, index, max_shape)
+        dims.append(int(dim))
+    return tuple(dims)
+
+
+def _range_max(acl: Any, desc: int, index: int, max_shape: Sequence[int] | None) -> int:
+    """The maximum of dim ``index``'s range, or the configured one for an unbounded range."""
+    dim_range, ret = acl.get_tensor_desc_dim_range(desc, index, 2)
+    check_ret(ret, "acl.get_tensor_desc_dim_range")
+    if dim_range[1] >= 0:
+        return int(dim_range[1])
+    if max_shape is None or index >= len(max_shape):
+        raise MaxShapeMissing(f"dim {index} has the range {list(dim_range[:2])}")
+    return int(max_shape[index])
+
+
+def read_dims(acl: Any, desc: int) -> tuple[int, ...]:
+    """The dims a description holds (after ``execute_v2``: the exact output dims).
+
+    Raises:
+        AclError: a getter failed, or the rank is still unknown.
+    """
+    rank = int(acl.get_tensor_desc_num_dims(desc))
+    if rank == ACL_UNKNOWN_RANK:
+        code = AclCode.ERROR_OP_OUTPUT_NOT_MATCH
+        raise AclError(code, code_name(code), "acl.get_tensor_desc_num_dims (rank unknown)")
+    dims = []
+    for index in range(rank):
+        dim, ret = acl.get_tensor_desc_dim_v2(desc, index)
+        check_ret(ret, "acl.get_tensor_desc_dim_v2")
+        dims.append(int(dim))
+    return tuple(dims)

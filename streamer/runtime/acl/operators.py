@@ -1,0 +1,177 @@
+"""The operators on ACL: ``acl.op`` single-operator execution, shape inference first.
+
+==================  ===========================  ==========================================
+operator            Ascend IR op type            inputs (aclDataType)
+==================  ===========================  ==========================================
+:meth:`nms`         ``NonMaxSuppressionV6``      boxes FLOAT [B, N, 4], scores FLOAT
+                                                 [B, C, N], max_output_size INT32 [1],
+                                                 iou_threshold FLOAT [1], score_threshold
+                                                 FLOAT [1]; attr ``center_point_box = 0``;
+                                                 → selected_indices INT32 [K, 3]
+:meth:`top_k`       ``TopKV2``                   x FLOAT [..., N], k INT32 [] ; attrs
+                                                 ``sorted``, ``largest``, ``dim = -1``;
+                                                 → values FLOAT, indices INT32 [..., k]
+==================  ===========================  ==========================================
+
+Signatures: the ``REG_OP`` prototypes of the CANN operator library (``NonMaxSuppressionV6`` is
+its ONNX-compatible NMS). Each call runs through
+:class:`~streamer.runtime.acl.single_op.SingleOpRunner`: ``NonMaxSuppressionV6``'s output count
+is only known as a range by shape inference, so its output is allocated for the range maximum
+and only the exact rows are copied back; ``TopKV2``'s dims are exact from inference.
+
+Threads and streams: ``acl.op.execute_v2`` must not be given one stream from several threads,
+nor the default stream (``acl.op.execute_v2`` page, constraints), so every calling thread gets
+its own stream, created in its current context on first use (a dequeue thread has its model's
+context current) and destroyed, in that context, by :meth:`AclOperators.close`.
+
+On a real device the two operators must be available to ``execute_v2``: built into the
+operator library's dynamic-shape kernels or compiled beforehand (ATC ``--singleop``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import structlog
+
+from streamer.errors import FrameError, Reason
+from streamer.runtime.acl.constants import RunMode
+from streamer.runtime.acl.errors import AclError, check_ret
+from streamer.runtime.acl.op_shapes import MaxShapeMissing
+from streamer.runtime.acl.single_op import OpRequest, SingleOpRunner
+from streamer.runtime.acl.teardown import Teardown
+from streamer.runtime.ops.base import (
+    NO_SCORE_THRESHOLD,
+    Operators,
+    check_nms_inputs,
+    check_top_k_inputs,
+)
+
+__all__ = ["NMS_OP", "TOP_K_OP", "AclOperators"]
+
+NMS_OP = "NonMaxSuppressionV6"
+TOP_K_OP = "TopKV2"
+_INT32_MAX = 2**31 - 1
+_log = structlog.get_logger(__name__)
+
+
+class AclOperators(Operators):
+    """NMS and top-k as ACL single operators.
+
+    Args:
+        acl: the pyACL module.
+        run_mode: ``ACL_HOST`` or ``ACL_DEVICE``.
+        max_shapes: op type → per output the maximum shape to allocate where shape
+            inference gives no bound (``[runtime.options] op_max_shapes``).
+    """
+
+    name = "acl"
+
+    def __init__(
+        self, acl: Any, run_mode: RunMode, max_shapes: Mapping[str, Sequence[Sequence[int]]]
+    ) -> None:
+        self._acl = acl
+        self._runner = SingleOpRunner(acl, run_mode)
+        self._max_shapes = {
+            op: tuple(tuple(s) for s in shapes) for op, shapes in max_shapes.items()
+        }
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._streams: list[tuple[int, int]] = []
+        self._closed = False
+
+    def nms(
+        self,
+        boxes: np.ndarray,
+        scores: np.ndarray,
+        max_output_boxes_per_class: int,
+        iou_threshold: float,
+        score_threshold: float = NO_SCORE_THRESHOLD,
+    ) -> np.ndarray:
+        check_nms_inputs(boxes, scores, max_output_boxes_per_class)
+        inputs = (
+            np.ascontiguousarray(boxes),
+            np.ascontiguousarray(scores),
+            np.array([min(max_output_boxes_per_class, _INT32_MAX)], np.int32),
+            np.array([iou_threshold], np.float32),
+            np.array([score_threshold], np.float32),
+        )
+        (selected,) = self._execute(NMS_OP, inputs, (np.dtype(np.int32),), {"center_point_box": 0})
+        return selected.astype(np.int64).reshape(-1, 3)
+
+    def top_k(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        check_top_k_inputs(x, k)
+        inputs = (np.ascontiguousarray(x), np.array(k, np.int32))
+        attrs = {"sorted": True, "largest": True, "dim": -1}
+        values, indices = self._execute(
+            TOP_K_OP, inputs, (np.dtype(np.float32), np.dtype(np.int32)), attrs
+        )
+        return values, indices.astype(np.int64)
+
+    def close(self) -> None:
+        """Destroy every stream made for a thread, each in its own context. Idempotent.
+
+        Raises:
+            AclError: a release failed (all of them are attempted).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            streams, self._streams = self._streams, []
+        teardown = Teardown()
+        for context, stream in streams:
+            teardown.push("acl.rt.destroy_stream", self._acl.rt.destroy_stream, stream)
+            teardown.push("acl.rt.set_context", self._acl.rt.set_context, context)
+        teardown.close()
+
+    def _execute(
+        self,
+        op_type: str,
+        inputs: tuple[np.ndarray, ...],
+        output_dtypes: tuple[np.dtype[Any], ...],
+        attrs: Mapping[str, bool | int | float],
+    ) -> list[np.ndarray]:
+        """Run one op on the calling thread's stream.
+
+        Raises:
+            FrameError: ``postprocess_failed``: an ACL call failed, or an output has no bound.
+        """
+        request = OpRequest(
+            op_type, inputs, output_dtypes, attrs, self._max_shapes.get(op_type, ())
+        )
+        try:
+            return self._runner.run(request, self._stream())
+        except AclError as exc:
+            raise FrameError(Reason.POSTPROCESS_FAILED, f"operator {op_type}: {exc}") from exc
+        except MaxShapeMissing as exc:
+            raise FrameError(
+                Reason.POSTPROCESS_FAILED,
+                f"operator {op_type}: {exc}; set runtime.options.op_max_shapes.{op_type}",
+            ) from exc
+
+    def _stream(self) -> int:
+        """The calling thread's stream in its current context, created on first use.
+
+        Raises:
+            AclError: no current context, or the stream cannot be created.
+            FrameError: the operators are closed.
+        """
+        context, ret = self._acl.rt.get_context()
+        check_ret(ret, "acl.rt.get_context")
+        streams: dict[int, int] = self._local.__dict__.setdefault("streams", {})
+        stream = streams.get(context)
+        if stream is not None:
+            return stream
+        with self._lock:
+            if self._closed:
+                raise FrameError(Reason.POSTPROCESS_FAILED, "the ACL operators are closed")
+            stream, ret = self._acl.rt.create_stream()
+            check_ret(ret, "acl.rt.create_stream")
+            self._streams.append((int(context), int(stream)))
+        streams[context] = int(stream)
+        _log.info("acl_operator_stream_created", thread=threading.current_thread().name)
+        return int(stream)

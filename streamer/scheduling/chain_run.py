@@ -1,0 +1,187 @@
+"""The threads and queues of one running chain of model stages.
+
+A :class:`ChainRun` is built from the loaded stages of a chain: per stage a batcher, and per
+replica an enqueue and a dequeue thread; stage 0's batcher reads the pipeline's admission
+queue, every later stage has an inbox of its own that the :class:`ChainRouter` fills, and the
+router sends what leaves the last stage to egress. A pipeline runs one chain, and a reload
+replaces the whole chain with a new one (:mod:`streamer.scheduling.swap`): the two are
+separate sets of threads that share only the admission queue and egress.
+
+Each chain has its own ``abort`` event, so a retired chain stuck on its models can be given
+up without stopping the one in service.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from streamer.errors import BackendError
+from streamer.frames import STOP, Frame
+from streamer.lifecycle import Worker
+from streamer.runtime.base import QueueModel, Tensor
+from streamer.scheduling.batcher import Batcher
+from streamer.scheduling.chain import ChainRouter, ChainStage
+from streamer.scheduling.dequeuer import Dequeuer
+from streamer.scheduling.enqueuer import Enqueuer
+from streamer.scheduling.policy import BatchPolicy
+from streamer.scheduling.replica import Dispatcher, Replica, every_replica_failed
+from streamer.vision.stages import ItemStage
+
+__all__ = ["ChainRun", "LoadedStage"]
+
+
+class LoadedStage(Protocol):
+    """What a chain run needs of one loaded stage (the pipeline's ``ModelStage``)."""
+
+    models: list[tuple[int, QueueModel]]
+    policy: BatchPolicy
+    items: ItemStage | None
+
+    @property
+    def name(self) -> str:
+        """The stage's (model's) name."""
+
+    @property
+    def tensor_fed(self) -> bool:
+        """Whether it reads its upstream's outputs through the ``tensor`` adapter."""
+
+    def postprocess_batch(self, outputs: Sequence[Tensor], frames: list[Frame]) -> None:
+        """The dequeue threads' postprocess."""
+
+    def close(self) -> None:
+        """Close the stage's models."""
+
+
+class ChainRun:
+    """One chain's threads, queues and router.
+
+    Args:
+        stages: the loaded stages, in chain order.
+        admission: the queue stage 0's batcher reads.
+        results: egress's queue.
+        max_consecutive_failures: see :class:`~streamer.scheduling.dequeuer.Dequeuer`.
+
+    Attributes:
+        stages: as given.
+        abort: set to make every thread of this chain return at once.
+        keep_images: frames keep their decoded image (a later stage crops from it).
+        replicas: per stage, its replicas.
+    """
+
+    def __init__(
+        self,
+        stages: Sequence[LoadedStage],
+        admission: Any,
+        results: Any,
+        max_consecutive_failures: int,
+    ) -> None:
+        self.stages = list(stages)
+        self.abort = threading.Event()
+        self.keep_images = any(s.items is not None for s in self.stages[1:])
+        self._inboxes = [admission, *(queue.Queue() for _ in self.stages[1:])]
+        router = ChainRouter(
+            [
+                ChainStage(s.name, s.items, inbox, s.tensor_fed)
+                for s, inbox in zip(self.stages, self._inboxes, strict=True)
+            ],
+            results,
+            self.keep_images,
+        )
+        self.replicas: list[list[Replica]] = []
+        self._batchers: list[Batcher] = []
+        self._threads = [
+            self._stage_threads(i, s, router, max_consecutive_failures)
+            for i, s in enumerate(self.stages)
+        ]
+
+    @property
+    def workers(self) -> list[Worker]:
+        """Every thread, in start order: the last stage first, each stage's batcher last."""
+        return [w for threads in reversed(self._threads) for w in threads]
+
+    @property
+    def first_batcher(self) -> Worker:
+        """Stage 0's batcher: the one thread that reads the admission queue."""
+        return self._threads[0][-1]
+
+    @property
+    def batchers(self) -> list[Batcher]:
+        """Each stage's batcher, in chain order."""
+        return list(self._batchers)
+
+    def launch(self, timeout_s: float, first_batcher: bool = True) -> None:
+        """Start the threads (downstream first), each ready within ``timeout_s``; without
+        ``first_batcher``, all but stage 0's batcher (:meth:`launch_first_batcher`).
+
+        Raises:
+            StreamerError: a thread failed to start.
+        """
+        for worker in self.workers:
+            if first_batcher or worker is not self.first_batcher:
+                worker.launch(timeout_s)
+
+    def launch_first_batcher(self, timeout_s: float) -> None:
+        """Start stage 0's batcher: the chain then takes frames from admission.
+
+        Raises:
+            StreamerError: it failed to start.
+        """
+        self.first_batcher.launch(timeout_s)
+
+    def drain(self, deadline: float) -> bool:
+        """Once :data:`STOP` is queued for stage 0: stage by stage in chain order, STOP after
+        its last item, then join its threads; False if a thread is alive at ``deadline``
+        (``time.monotonic()`` seconds)."""
+        for index, threads in enumerate(self._threads):
+            if index > 0:
+                self._inboxes[index].put(STOP)
+            for worker in reversed(threads):
+                worker.join(max(0.0, deadline - time.monotonic()))
+            if any(w.is_alive() for w in threads):
+                return False
+        return True
+
+    def join(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` seconds in all for the started threads (after abort)."""
+        deadline = time.monotonic() + timeout_s
+        for worker in self.workers:
+            if worker.ident is not None:
+                worker.join(max(0.0, deadline - time.monotonic()))
+
+    def failure(self) -> BaseException | None:
+        """The first error that ended one of its threads, or every replica of a stage out of
+        rotation; None while it can go on."""
+        for worker in self.workers:
+            if worker.failure is not None:
+                return worker.failure
+        for replicas in self.replicas:
+            if all(r.failed is not None for r in replicas):
+                return BackendError(every_replica_failed(replicas))
+        return None
+
+    def close(self) -> None:
+        """Close the stages' models, the last stage first (it may hold device memory of the
+        one before it); after the threads ended. Idempotent."""
+        for stage in reversed(self.stages):
+            stage.close()
+
+    def _stage_threads(
+        self, index: int, stage: LoadedStage, router: ChainRouter, failures: int
+    ) -> list[Worker]:
+        """One stage's threads: a dequeue and an enqueue thread per replica, its batcher."""
+        replicas = [Replica(i, d, m) for i, (d, m) in enumerate(stage.models)]
+        self.replicas.append(replicas)
+        outbox: Any = router.exit(index)  # routes what the stage's threads put
+        abort = self.abort
+        dispatcher = Dispatcher(replicas, abort)
+        batcher = Batcher(stage.name, dispatcher, stage.policy, self._inboxes[index], outbox, abort)
+        self._batchers.append(batcher)
+        return [
+            *(Dequeuer(r, outbox, stage.postprocess_batch, abort, failures) for r in replicas),
+            *(Enqueuer(r, abort) for r in replicas),
+            batcher,
+        ]

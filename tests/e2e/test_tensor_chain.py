@@ -1,0 +1,190 @@
+"""BlazeFace split into backbone → head (the tensor adapter) publishes what the single model
+publishes, on onnxruntime and on the ACL simulator in each execution mode."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.request import urlopen
+
+import cv2
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamer.clients.producer import produce
+from streamer.transport.protocol import encode_frame
+
+from .conftest import Client, Daemon, shipped
+
+SPLIT = "blazeface_split.toml"
+ONNX_RUNTIME = 'backend = "onnxruntime"\n\n[runtime.options]\nintra_op_threads = 1\n'
+FEATURES = {"activation_11": [88, 16, 16], "activation_16": [96, 8, 8]}
+
+
+def on_acl_sim(mode: str, folder: Path, assets: dict[str, Path]) -> Callable[[str], str]:
+    """An edit of the split config for ``acl-sim`` in ``mode``: the two parts laid out as on an
+    Ascend box (``.om`` paths, ONNX files and ATC manifests beside them; queue mode needs a
+    static batch: 4, the others get batch gears 1, 2, 4, 8)."""
+    batch = 4 if mode == "queue" else -1
+    gears = {} if mode == "queue" else {"dynamic_batch_size": [1, 2, 4, 8]}
+    shapes = {"backbone": {"input": [3, 128, 128]}, "head": FEATURES}
+    for part, inputs in shapes.items():
+        (folder / f"{part}.onnx").write_bytes(assets[f"blazeface_short_range.{part}"].read_bytes())
+        manifest = {"input_shape": {k: [batch, *v] for k, v in inputs.items()}, **gears}
+        (folder / f"{part}.acl.json").write_text(json.dumps(manifest))
+
+    def edit(text: str) -> str:
+        text = text.replace(ONNX_RUNTIME, 'backend = "acl-sim"\n')
+        for part in shapes:
+            asset = f'asset = "blazeface_short_range.{part}"'
+            text = text.replace(asset, f'path = "{folder / part}.om"\nmode = "{mode}"')
+        return text
+
+    return edit
+
+
+def run_frames(daemon: Daemon, stills: dict[str, np.ndarray]) -> dict[tuple[str, int], Any]:
+    """Carphone's 120 frames (raw), the stills (PNG) and a PNG that does not decode; results
+    by (source, seq)."""
+    client = Client(daemon, stills["astronaut"])
+    try:
+        produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw")
+        results = client.collect(121)[:-1]
+        for name, image in stills.items():
+            png = cv2.imencode(".png", image)[1].tobytes()
+            client.send_parts(encode_frame(name, 0, png, encoding="png"))
+        client.send_parts(encode_frame("broken", 0, b"not a png", encoding="png"))
+        results += client.collect(len(stills) + 1)
+    finally:
+        client.close()
+    assert daemon.stop() == 0
+    return {(r["source"], r["seq"]): r for r in results}
+
+
+@pytest.fixture(scope="module")
+def stills(assets: dict[str, Path]) -> dict[str, np.ndarray]:
+    names = ("astronaut.png", "grace_hopper.jpg", "coffee.png", "chelsea.png")
+    return {n.split(".")[0]: cv2.imread(str(assets[n])) for n in names}
+
+
+@pytest.fixture(scope="module")
+def single_model(
+    tmp_path_factory: pytest.TempPathFactory, stills: dict[str, np.ndarray]
+) -> Iterator[dict[tuple[str, int], Any]]:
+    """What the single-model default pipeline publishes."""
+    daemon = shipped("default.toml", tmp_path_factory.mktemp("single"))
+    try:
+        yield run_frames(daemon, stills)
+    finally:
+        daemon.close()
+
+
+def assert_same_detections(got: dict[str, Any], want: dict[str, Any]) -> None:
+    """Same faces: boxes and keypoints within one pixel, scores within 1e-4."""
+    assert got["error"] is None and len(got["detections"]) == len(want["detections"])
+    for face, expected in zip(got["detections"], want["detections"], strict=True):
+        np.testing.assert_allclose(face["box"], expected["box"], atol=1.0, rtol=0)
+        np.testing.assert_allclose(face["keypoints"], expected["keypoints"], atol=1.0, rtol=0)
+        assert abs(face["score"] - expected["score"]) <= 1e-4
+
+
+@pytest.mark.parametrize(
+    "backend", ["onnxruntime", "acl-sim-sync", "acl-sim-async", "acl-sim-queue"]
+)
+def test_the_split_model_publishes_what_the_whole_model_does(
+    tmp_path: Path,
+    assets: dict[str, Path],
+    stills: dict[str, np.ndarray],
+    single_model: dict[tuple[str, int], Any],
+    backend: str,
+) -> None:
+    edit = (
+        (lambda text: text)
+        if backend == "onnxruntime"
+        else on_acl_sim(backend.removeprefix("acl-sim-"), tmp_path, assets)
+    )
+    daemon = shipped(SPLIT, tmp_path, edit)
+    try:
+        results = run_frames(daemon, stills)
+    finally:
+        daemon.close()
+    assert results.keys() == single_model.keys()
+    assert results.pop(("broken", 0))["error"]["reason"] == "decode_failed"
+    assert all(r["model"] == "head" for r in results.values())
+    for key, got in results.items():
+        assert_same_detections(got, single_model[key])
+    faces = [len(results[("carphone", seq)]["detections"]) for seq in range(120)]
+    assert faces.count(1) == 120 and len(results[("astronaut", 0)]["detections"]) == 1
+    final = daemon.final_counts()
+    assert final["failed"] == 1 and final["published"] + 1 == final["received"]
+    if backend != "onnxruntime":
+        loaded = [e for e in daemon.logs if e.get("event") == "acl_model_loaded"]
+        mode = backend.removeprefix("acl-sim-")
+        assert sorted((e["model"], e["mode"]) for e in loaded) == [
+            ("backbone", mode),
+            ("head", mode),
+        ]
+
+
+def test_failed_executions_in_either_stage_fail_only_their_frames(
+    tmp_path: Path, assets: dict[str, Path], connect: Any
+) -> None:
+    """Every third execution fails (of either model): those frames get an error result naming
+    the stage, the others their face; the backbone's device memory held by a failed head
+    batch comes back (or the chain would stall)."""
+    edit = on_acl_sim("async", tmp_path, assets)
+
+    def failing(text: str) -> str:
+        sim = 'backend = "acl-sim"\n\n[runtime.options.sim]\nfail_every_n_executes = 3\n'
+        return edit(text).replace('backend = "acl-sim"\n', sim)
+
+    daemon = shipped(SPLIT, tmp_path, failing)
+    client: Client = connect(daemon)
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw")
+    results = client.collect(121)[:-1]
+    assert [r["seq"] for r in results] == list(range(120))
+    failed = [r for r in results if r["error"] is not None]
+    assert {r["error"]["reason"] for r in failed} == {"inference_failed"}
+    assert {r["model"] for r in failed} == {"backbone", "head"}
+    assert all(len(r["detections"]) == 1 for r in results if r["error"] is None)
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["published"] + final["failed"] == final["received"]
+
+
+def test_on_two_devices_each_batch_stays_on_the_device_that_holds_its_tensors(
+    tmp_path: Path, assets: dict[str, Path], connect: Any
+) -> None:
+    """The backbone runs on both simulated devices; a head batch fed from device 1's memory
+    on device 0 would fail ("in the memory of device 1"), so every frame publishing its face
+    shows each batch went to a head replica on its own device."""
+    edit = on_acl_sim("async", tmp_path, assets)
+
+    def two_devices(text: str) -> str:
+        return edit(text).replace(
+            'backend = "acl-sim"\n', 'backend = "acl-sim"\ndevices = [0, 1]\n'
+        )
+
+    daemon = shipped(SPLIT, tmp_path, two_devices)
+    client: Client = connect(daemon)
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw")
+    results = client.collect(121)[:-1]
+    assert [r["seq"] for r in results] == list(range(120))
+    assert all(r["error"] is None and len(r["detections"]) == 1 for r in results)
+    loaded = [
+        (e["model"], e["device"]) for e in daemon.logs if e.get("event") == "acl_model_loaded"
+    ]
+    assert sorted(loaded) == [("backbone", 0), ("backbone", 1), ("head", 0), ("head", 1)]
+    with urlopen(daemon.http + "/metrics", timeout=10) as response:
+        families = text_string_to_metric_families(response.read().decode())
+    executed = {
+        (s.labels["model"], s.labels["device"]): s.value
+        for family in families
+        for s in family.samples
+        if s.name == "streamer_replica_batches_total"
+    }
+    assert all(executed[(model, device)] > 0 for model in ("backbone", "head") for device in "01")
+    assert daemon.stop() == 0

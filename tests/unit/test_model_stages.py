@@ -1,0 +1,66 @@
+"""Loading a chain's stages with real models: tensor links checked at start, and the
+postprocessor of a tensor stage seeing the chain as one model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamer.config import Config, load_config
+from streamer.errors import ConfigError
+from streamer.model_stages import ModelStage, load_chain
+from streamer.runtime import Backend, open_backend
+from streamer.vision.postprocess import BlazeFace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def backend(assets: dict[str, Path]) -> Iterator[Backend]:
+    config = load_config(ROOT / "configs" / "blazeface_split.toml")
+    with open_backend(config.runtime) as opened:
+        yield opened
+
+
+def split_config(tmp_path: Path, edit: str = "", head_post: str = "blazeface") -> Config:
+    text = (ROOT / "configs" / "blazeface_split.toml").read_text()
+    text = text.replace('kind = "blazeface"', f'kind = "{head_post}"')
+    text = text.replace('input = "backbone:tensor"', f'input = "backbone:tensor{edit}"')
+    path = tmp_path / "split.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+def load(backend: Backend, config: Config) -> list[ModelStage]:
+    stages = load_chain(backend, config)
+    for stage in reversed(stages):
+        stage.close()
+    return stages
+
+
+def test_the_backbone_hands_on_and_the_head_postprocess_sees_the_image_input(
+    backend: Backend, tmp_path: Path
+) -> None:
+    backbone, head = load(backend, split_config(tmp_path))
+    assert backbone.link is not None and backbone.link.sources == (0, 1)
+    assert backbone.postprocess is None and backbone.preprocess is not None
+    assert head.preprocess is None and isinstance(head.postprocess, BlazeFace)
+    assert head.postprocess.variant.input_size == 128  # from the backbone's image input
+    assert head.tensor_fed and not backbone.tensor_fed
+
+
+def test_a_map_that_swaps_the_feature_maps_fails_at_start(backend: Backend, tmp_path: Path) -> None:
+    config = split_config(tmp_path, ":activation_11=activation_16,activation_16=activation_11")
+    with pytest.raises(ConfigError, match="does not fit stage 'head' input 'activation_16'"):
+        load_chain(backend, config)
+
+
+def test_a_tensor_stage_cannot_be_an_item_stage(backend: Backend, tmp_path: Path) -> None:
+    config = split_config(tmp_path, head_post="mtcnn_onet")
+    with pytest.raises(ConfigError) as caught:
+        load_chain(backend, config)
+    assert "models[1].postprocess.kind: a stage fed through the tensor adapter cannot be an " in (
+        str(caught.value)
+    )
