@@ -22,13 +22,12 @@ import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import structlog
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamer.config import PluginConfig, RuntimeConfig
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError, Reason
@@ -42,6 +41,7 @@ from streamer.runtime.base import (
     TensorInfo,
 )
 from streamer.runtime.graph_preprocess import InputNormalization, prepend_normalization
+from streamer.runtime.letterbox_keys import letterbox_keys
 from streamer.runtime.ops.onnx_ops import OnnxOperators
 
 __all__ = [
@@ -150,19 +150,6 @@ class OnnxBackend(Backend):
         self._operators.close()
 
 
-class _GraphPreprocess(BaseModel):
-    """The letterbox keys the in-graph rewrite needs; the letterbox plug-in validates the
-    whole table (same defaults as :class:`streamer.vision.preprocess.LetterboxParams`)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    normalize: Literal["host", "model", "device"] = "host"
-    color: Literal["rgb", "bgr"] = "rgb"
-    mean: float | tuple[float, float, float] = 0.5
-    std: float | tuple[float, float, float] = 0.5
-    layout: Literal["NCHW", "NHWC"] = "NCHW"
-
-
 def in_graph_normalization(table: PluginConfig | None) -> InputNormalization | None:
     """The normalisation to compose into the graph for a ``[models.preprocess]`` table.
 
@@ -173,25 +160,15 @@ def in_graph_normalization(table: PluginConfig | None) -> InputNormalization | N
         ConfigError: ``normalize = "device"`` (ACL only), or a key the rewrite needs is
             invalid (named as ``preprocess.<key>``), or a ``std`` is not positive.
     """
-    if table is None or table.kind != "letterbox":
+    keys = letterbox_keys(table)
+    if keys is None or keys.normalize == "host":
         return None
-    try:
-        params = _GraphPreprocess.model_validate(table.params())
-    except ValidationError as exc:
-        key = ".".join(str(p) for p in exc.errors()[0]["loc"])
-        raise ConfigError(f"preprocess.{key}: {exc.errors()[0]['msg']}") from exc
-    if params.normalize == "device":
+    if keys.normalize == "device":
         raise ConfigError(
-            'preprocess.normalize: "device" is ACL static AIPP; onnxruntime composes the '
-            'preprocessing into the graph with normalize = "model"'
+            'preprocess.normalize: "device" is ACL AIPP (static or dynamic); onnxruntime '
+            'composes the preprocessing into the graph with normalize = "model"'
         )
-    if params.normalize == "host":
-        return None
-    mean = np.broadcast_to(np.asarray(params.mean, np.float64), (3,))
-    std = np.broadcast_to(np.asarray(params.std, np.float64), (3,))
-    if not (std > 0).all():
-        raise ConfigError(f"preprocess.std: must be positive, got {params.std}")
-    return InputNormalization.from_mean_std(mean, std, params.color == "rgb", params.layout)
+    return keys.normalization()
 
 
 def _model_source(spec: ModelSpec) -> str | bytes:

@@ -19,13 +19,12 @@ that gear and the letterbox sizes every frame to it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamer.config import PluginConfig
-from streamer.errors import ConfigError, ModelError
+from streamer.errors import ModelError
 from streamer.runtime.acl.aipp_dynamic import (
     RGB_CHANNELS,
     DynamicAippParams,
@@ -39,6 +38,7 @@ from streamer.runtime.acl.loaded import LoadedModel
 from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.base import DYNAMIC, TensorInfo
 from streamer.runtime.graph_preprocess import InputNormalization
+from streamer.runtime.letterbox_keys import letterbox_keys
 
 __all__ = [
     "DynamicAippRequest",
@@ -48,21 +48,6 @@ __all__ = [
 ]
 
 _NHWC_DIMS = 4
-
-
-class _LetterboxKeys(BaseModel):
-    """The letterbox keys dynamic AIPP needs; the letterbox plug-in validates the whole table
-    (same defaults as :class:`streamer.vision.preprocess.LetterboxParams`)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    normalize: Literal["host", "model", "device"] = "host"
-    aipp: Literal["static", "dynamic"] = "static"
-    color: Literal["rgb", "bgr"] = "rgb"
-    mean: float | tuple[float, float, float] = 0.5
-    std: float | tuple[float, float, float] = 0.5
-    layout: Literal["NCHW", "NHWC"] = "NCHW"
-    size: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,21 +71,10 @@ def dynamic_aipp_request(table: PluginConfig | None) -> DynamicAippRequest | Non
         ConfigError: a key it needs is invalid (named as ``preprocess.<key>``), or a ``std``
             is not positive.
     """
-    if table is None or table.kind != "letterbox":
+    keys = letterbox_keys(table)
+    if keys is None or keys.normalize != "device" or keys.aipp != "dynamic":
         return None
-    try:
-        keys = _LetterboxKeys.model_validate(table.params())
-    except ValidationError as exc:
-        key = ".".join(str(p) for p in exc.errors()[0]["loc"])
-        raise ConfigError(f"preprocess.{key}: {exc.errors()[0]['msg']}") from exc
-    if keys.normalize != "device" or keys.aipp != "dynamic":
-        return None
-    mean = np.broadcast_to(np.asarray(keys.mean, np.float64), (3,))
-    std = np.broadcast_to(np.asarray(keys.std, np.float64), (3,))
-    if not (std > 0).all():
-        raise ConfigError(f"preprocess.std: must be positive, got {keys.std}")
-    norm = InputNormalization.from_mean_std(mean, std, keys.color == "rgb", keys.layout)
-    return DynamicAippRequest(norm, keys.size)
+    return DynamicAippRequest(keys.normalization(), keys.size)
 
 
 def agreed_dynamic_aipp(

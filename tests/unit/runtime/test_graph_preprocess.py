@@ -84,10 +84,10 @@ def test_table_selects_the_rewrite() -> None:
         in_graph_normalization(PluginConfig(kind="letterbox", normalize="model", std=0))
 
 
-def test_rewrite_defaults_follow_the_letterbox() -> None:
-    from streamer.runtime.onnx import _GraphPreprocess
+def test_backend_keys_default_as_the_letterbox() -> None:
+    from streamer.runtime.letterbox_keys import LetterboxKeys
 
-    for key, spec in _GraphPreprocess.model_fields.items():
+    for key, spec in LetterboxKeys.model_fields.items():
         assert LetterboxParams.model_fields[key].default == spec.default, key
 
 
