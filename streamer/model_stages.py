@@ -17,7 +17,10 @@ A stage is one of:
 
 A stage that feeds a tensor stage has no postprocessor: its dequeue threads hand its outputs
 on (:meth:`ModelStage.postprocess_batch`), and it is loaded with ``device_outputs`` so that on
-ACL they stay in device memory for the next model.
+ACL they stay in device memory for the next model. So is a stage whose postprocessor runs
+single operators on its outputs where they are (its parameters'
+:attr:`~streamer.vision.registry.PluginParams.device_outputs`, e.g. ``blazeface`` with
+``nms = "operator"``): the stage releases them once the postprocessor returned.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from streamer.config import Config, ModelConfig
 from streamer.errors import ConfigError
 from streamer.frames import Frame
 from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel
-from streamer.runtime.base import Tensor
+from streamer.runtime.base import Tensor, release_inputs
 from streamer.runtime.ops.base import Operators
 from streamer.scheduling.chain import store_outputs
 from streamer.scheduling.policy import BatchPolicy
@@ -97,12 +100,14 @@ class ModelStage:
             for frame in frames:
                 frame.handover = handover
             return
-        # Device tensors come only from a stage loaded with device_outputs: one with a link.
-        arrays = cast("Sequence[np.ndarray]", outputs)
         if self.postprocess is None:
-            store_outputs(arrays, frames)
+            # Device tensors come only to a link or a postprocessor that asked for them.
+            store_outputs(cast("Sequence[np.ndarray]", outputs), frames)
             return
-        results = self.postprocess(arrays, [f.transform for f in frames])
+        try:
+            results = self.postprocess(outputs, [f.transform for f in frames])
+        finally:
+            release_inputs(outputs)  # the device outputs it read, on every path
         for frame, result in zip(frames, results, strict=True):
             frame.results = result
 
@@ -163,12 +168,27 @@ def _check_asset(model: ModelConfig, config: Config, where: str) -> None:
         raise ConfigError(f"{where}.asset: {model.asset!r} is not fetched: streamer models fetch")
 
 
+def _reads_device_outputs(model_config: ModelConfig, where: str) -> bool:
+    """Whether the stage's postprocessor reads the outputs where the backend leaves them.
+
+    Raises:
+        ConfigError: an unknown postprocess kind or invalid parameters.
+    """
+    post = model_config.postprocess
+    if post is None:
+        return False
+    registry = ITEM_STAGES if post.kind in ITEM_STAGES else POSTPROCESSORS
+    return registry.params(post, f"{where}.postprocess").device_outputs
+
+
 def _load_replicas(
     backend: Backend, config: Config, model_config: ModelConfig, where: str, hands_on: bool
 ) -> list[tuple[int, QueueModel]]:
     """Load the model ``replicas`` times on every device; all or nothing. A model that hands
-    its outputs on keeps them in device memory where the backend has any."""
+    its outputs on, or whose postprocessor reads them where they are, keeps them in device
+    memory where the backend has any."""
     _check_asset(model_config, config, where)
+    device_outputs = hands_on or _reads_device_outputs(model_config, where)
     loaded: list[tuple[int, QueueModel]] = []
     try:
         for device in config.runtime.devices:
@@ -181,7 +201,7 @@ def _load_replicas(
                     max_in_flight=model_config.max_in_flight,
                     batch_gears=model_config.batch.gears,
                     preprocess=model_config.preprocess,
-                    device_outputs=hands_on,
+                    device_outputs=device_outputs,
                 )
                 loaded.append((device, backend.load(spec)))
     except BaseException:

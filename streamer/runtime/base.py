@@ -186,10 +186,11 @@ class ModelSpec:
         preprocess: the model's ``[models.preprocess]`` table (``kind`` and parameters), for
             a backend that composes the preprocessing into the model (onnxruntime with
             letterbox ``normalize = "model"``); None for stages fed by another stage.
-        device_outputs: the outputs feed the next model of a ``:tensor`` chain: a backend
-            with device memory (ACL) leaves them there and :meth:`QueueModel.dequeue` returns
+        device_outputs: the outputs feed the next model of a ``:tensor`` chain, or the
+            single operators of the postprocessor (``nms = "operator"``): a backend with
+            device memory (ACL) leaves them there and :meth:`QueueModel.dequeue` returns
             :class:`DeviceTensor` objects; onnxruntime returns its arrays as always (host
-            memory is what the next session reads).
+            memory is what the next session and its operators read).
     """
 
     name: str

@@ -47,6 +47,13 @@ class PluginParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @property
+    def device_outputs(self) -> bool:
+        """Whether the plug-in reads the model's outputs where the backend left them
+        (:class:`~streamer.runtime.base.DeviceTensor` on ACL; it runs single operators on
+        them), so the model is loaded with ``ModelSpec.device_outputs``. False here."""
+        return False
+
 
 @dataclass(frozen=True, slots=True)
 class RegistryEntry(Generic[T]):
@@ -147,16 +154,26 @@ class Registry(Generic[T]):
             ConfigError: unknown ``kind``, an invalid or unknown parameter, or parameters that
                 do not fit the model; the message starts with ``where`` and names the key.
         """
-        try:
-            entry = self.get(cfg.kind)
-        except ConfigError as exc:
-            raise ConfigError(f"{where}.kind: {exc}") from exc
-        params = _validate(entry, cfg.params(), where)
+        params = self.params(cfg, where)
+        entry = self.get(cfg.kind)
         extra = (operators,) if entry.operators else ()
         try:
             return entry.factory(params, info, *extra)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {cfg.kind}: {exc}") from exc
+
+    def params(self, cfg: PluginConfig, where: str) -> PluginParams:
+        """``cfg``'s parameters, validated: what :meth:`create` gives the factory.
+
+        Raises:
+            ConfigError: unknown ``kind``, or an invalid or unknown parameter; the message
+                starts with ``where``.
+        """
+        try:
+            entry = self.get(cfg.kind)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.kind: {exc}") from exc
+        return _validate(entry, cfg.params(), where)
 
     def _load_builtins(self) -> None:
         if self._loaded:

@@ -1,7 +1,8 @@
 """NMS as single operators on the backend (``nms = "operator"``), through the daemon: the
 BlazeFace pipeline on onnxruntime single-node graphs and on ACL single operators on the
-simulator publishes the host NMS's detections for every carphone frame, and so does the MTCNN
-chain on the simulator for the test images."""
+simulator (async and queue mode, the model's outputs left in device memory for the operators)
+publishes the host NMS's detections for every carphone frame, and so does the MTCNN chain on
+the simulator for the test images."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_operator_nms_publishes_the_host_detections(
     assert sum(len(d) == 1 for d in reference) >= 115
     operator = {"postprocess_extra": 'nms = "operator"'}
     model = assets["blazeface_short_range"]
-    for name in ("onnxruntime", "acl-sim-async"):
+    for name in ("onnxruntime", "acl-sim-async", "acl-sim-queue"):
         settings = {**backend_settings(name, model, tmp_path / "models"), **operator}
         got, events = carphone(start_daemon, connect, settings)
         assert ("acl_operator_stream_created" in events) is (name != "onnxruntime")

@@ -1,4 +1,6 @@
-"""Model outputs kept in device memory for the next model of a ``tensor`` chain: no copy.
+"""Model outputs kept in device memory for the next model of a ``tensor`` chain, or for the
+single operators of a postprocessor (``nms = "operator"``; the operators read them in place
+and the stage releases them after its postprocessor): no copy.
 
 A model loaded with ``device_outputs`` (:class:`~streamer.runtime.base.ModelSpec`) does not
 read its outputs back to the host. In ``sync`` and ``async`` mode each output of a batch is a

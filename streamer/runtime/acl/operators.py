@@ -1,30 +1,38 @@
 """The operators on ACL: ``acl.op`` single-operator execution, shape inference first.
 
-==================  ===========================  ==========================================
-operator            Ascend IR op type            inputs (aclDataType)
-==================  ===========================  ==========================================
-:meth:`nms`         ``NonMaxSuppressionV6``      boxes FLOAT [B, N, 4], scores FLOAT
+===================  ==========================  ==========================================
+operator             Ascend IR op type           inputs (aclDataType)
+===================  ==========================  ==========================================
+:meth:`nms`          ``NonMaxSuppressionV6``     boxes FLOAT [B, N, 4], scores FLOAT
                                                  [B, C, N], max_output_size INT32 [1],
                                                  iou_threshold FLOAT [1], score_threshold
                                                  FLOAT [1]; attr ``center_point_box = 0``;
                                                  → selected_indices INT32 [K, 3]
-:meth:`top_k`       ``TopKV2``                   x FLOAT [..., N], k INT32 [] ; attrs
+:meth:`top_k`        ``TopKV2``                  x FLOAT [..., N], k INT32 [] ; attrs
                                                  ``sorted``, ``largest``, ``dim = -1``;
                                                  → values FLOAT, indices INT32 [..., k]
-==================  ===========================  ==========================================
+:meth:`gather_rows`  ``GatherV2``                x FLOAT [R, ...], indices INT32 [M], axis
+                                                 INT32 [] = 0 ; → y FLOAT [M, ...]
+===================  ==========================  ==========================================
 
 Signatures: the ``REG_OP`` prototypes of the CANN operator library (``NonMaxSuppressionV6`` is
-its ONNX-compatible NMS). Each call runs through
+its ONNX-compatible NMS; ``GatherV2`` its TensorFlow-compatible gather, ``batch_dims = 0``).
+The ``x`` of :meth:`top_k` and :meth:`gather_rows` may be a model output left in device
+memory (:class:`~streamer.runtime.acl.device_tensor.AclDeviceTensor`, of the device whose
+context is current): the op reads it in place, through a tensor description of the dims
+asked for, and only the op's outputs are copied to the host
+(:class:`~streamer.runtime.acl.single_op.DeviceOperand`). Each call runs through
 :class:`~streamer.runtime.acl.single_op.SingleOpRunner`: ``NonMaxSuppressionV6``'s output count
 is only known as a range by shape inference, so its output is allocated for the range maximum
-and only the exact rows are copied back; ``TopKV2``'s dims are exact from inference.
+and only the exact rows are copied back; ``TopKV2``'s and ``GatherV2``'s dims are exact from
+inference.
 
 Threads and streams: ``acl.op.execute_v2`` must not be given one stream from several threads,
 nor the default stream (``acl.op.execute_v2`` page, constraints), so every calling thread gets
 its own stream, created in its current context on first use (a dequeue thread has its model's
 context current) and destroyed, in that context, by :meth:`AclOperators.close`.
 
-On a real device the two operators must be available to ``execute_v2``: built into the
+On a real device the three operators must be available to ``execute_v2``: built into the
 operator library's dynamic-shape kernels or compiled beforehand (ATC ``--singleop``).
 """
 
@@ -39,21 +47,26 @@ import structlog
 
 from streamer.errors import FrameError, Reason
 from streamer.runtime.acl.constants import RunMode
+from streamer.runtime.acl.device_tensor import AclDeviceTensor
 from streamer.runtime.acl.errors import AclError, check_ret
 from streamer.runtime.acl.op_shapes import MaxShapeMissing
-from streamer.runtime.acl.single_op import OpRequest, SingleOpRunner
+from streamer.runtime.acl.single_op import DeviceOperand, Operand, OpRequest, SingleOpRunner
 from streamer.runtime.acl.teardown import Teardown
+from streamer.runtime.base import Tensor
 from streamer.runtime.ops.base import (
     NO_SCORE_THRESHOLD,
     Operators,
+    check_gather_inputs,
     check_nms_inputs,
     check_top_k_inputs,
 )
+from streamer.runtime.ops.views import host_view, view_shape
 
-__all__ = ["NMS_OP", "TOP_K_OP", "AclOperators"]
+__all__ = ["GATHER_OP", "NMS_OP", "TOP_K_OP", "AclOperators"]
 
 NMS_OP = "NonMaxSuppressionV6"
 TOP_K_OP = "TopKV2"
+GATHER_OP = "GatherV2"
 _INT32_MAX = 2**31 - 1
 _log = structlog.get_logger(__name__)
 
@@ -102,14 +115,26 @@ class AclOperators(Operators):
         (selected,) = self._execute(NMS_OP, inputs, (np.dtype(np.int32),), {"center_point_box": 0})
         return selected.astype(np.int64).reshape(-1, 3)
 
-    def top_k(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        check_top_k_inputs(x, k)
-        inputs = (np.ascontiguousarray(x), np.array(k, np.int32))
+    def top_k(
+        self, x: Tensor, k: int, shape: Sequence[int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        dims = view_shape(x, shape)
+        check_top_k_inputs(x.dtype, dims, k)
+        inputs = (_operand(x, dims), np.array(k, np.int32))
         attrs = {"sorted": True, "largest": True, "dim": -1}
         values, indices = self._execute(
             TOP_K_OP, inputs, (np.dtype(np.float32), np.dtype(np.int32)), attrs
         )
         return values, indices.astype(np.int64)
+
+    def gather_rows(
+        self, x: Tensor, rows: np.ndarray, shape: Sequence[int] | None = None
+    ) -> np.ndarray:
+        dims = view_shape(x, shape)
+        check_gather_inputs(x.dtype, dims, rows)
+        inputs = (_operand(x, dims), rows.astype(np.int32), np.array(0, np.int32))
+        (gathered,) = self._execute(GATHER_OP, inputs, (np.dtype(np.float32),), {})
+        return gathered
 
     def close(self) -> None:
         """Destroy every stream made for a thread, each in its own context. Idempotent.
@@ -131,7 +156,7 @@ class AclOperators(Operators):
     def _execute(
         self,
         op_type: str,
-        inputs: tuple[np.ndarray, ...],
+        inputs: tuple[Operand, ...],
         output_dtypes: tuple[np.dtype[Any], ...],
         attrs: Mapping[str, bool | int | float],
     ) -> list[np.ndarray]:
@@ -175,3 +200,15 @@ class AclOperators(Operators):
         streams[context] = int(stream)
         _log.info("acl_operator_stream_created", thread=threading.current_thread().name)
         return int(stream)
+
+
+def _operand(x: Tensor, dims: tuple[int, ...]) -> Operand:
+    """``x`` read as ``dims``: a device tensor of this backend in place, a host array as is
+    (uploaded for the call).
+
+    Raises:
+        ValueError: a device tensor of another backend.
+    """
+    if isinstance(x, AclDeviceTensor):
+        return DeviceOperand(x.ptr, dims, x.dtype)
+    return host_view(x, dims)

@@ -17,6 +17,18 @@ ge/function-infer_shape.md``, ``function-execute_v2-1.md``)::
 Everything is allocated for one call and released after it (every exit path, newest first).
 An empty tensor still gets 1 byte of memory (``acl.create_tensor_desc`` page: "内存大小最小为
 1Byte").
+
+An input given as a :class:`DeviceOperand` (a model output left in device memory) is neither
+allocated nor uploaded: a data buffer over its memory goes to ``execute_v2``, and its
+description may read it with other dims than the model's. ``infer_shape`` reads input *values*
+only where the op's output shape depends on them (TopKV2's ``k``, GatherV2's ``axis``,
+NonMaxSuppressionV6's ``max_output_size``); every other input is described by its tensor
+description alone, and its data is a null pointer (``OpInferShapeContextBuilder::InputTensors``,
+HA ``CANNCommunityEdition/900/maintenref/basicdataapi/atlasopapi_07_00616``: "对于非数据依赖
+算子，Tensor的TensorData需要设置为空指针"). So under ``ACL_HOST``, where ``infer_shape``
+reads host memory, a device operand goes to it as a data buffer over no memory
+(``acl.create_data_buffer(0, 0)``, which the ``create_data_buffer`` page allows) instead of a
+copy to the host.
 """
 
 from __future__ import annotations
@@ -33,9 +45,32 @@ from streamer.runtime.acl.op_shapes import create_tensor_desc, execution_dims, r
 from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.acl.transfer import Transfer
 
-__all__ = ["OpRequest", "SingleOpRunner"]
+__all__ = ["DeviceOperand", "OpRequest", "SingleOpRunner"]
 
 AttrValue = bool | int | float
+
+
+@dataclass(frozen=True)
+class DeviceOperand:
+    """An op input already in device memory of the calling thread's device, read in place.
+
+    Attributes:
+        ptr: its device address.
+        shape: the dims to read it with: its first ``prod(shape)`` elements, C order.
+        dtype: its element type (with an ``aclDataType``).
+    """
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+    @property
+    def nbytes(self) -> int:
+        return _nbytes(self.shape, self.dtype)
+
+
+Operand = np.ndarray | DeviceOperand
+"""One op input: a host array (uploaded for the call) or device memory (read in place)."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +79,8 @@ class OpRequest:
 
     Attributes:
         op_type: the Ascend IR op type, e.g. ``NonMaxSuppressionV6``.
-        inputs: C-contiguous arrays in the op's input order (their dtypes must have an
-            ``aclDataType``).
+        inputs: in the op's input order, C-contiguous host arrays or device operands
+            (their dtypes must have an ``aclDataType``).
         output_dtypes: the numpy dtype of each output.
         attrs: attribute name → value (bool, int or float; set with ``set_attr_bool``,
             ``set_attr_int``, ``set_attr_float``).
@@ -53,7 +88,7 @@ class OpRequest:
     """
 
     op_type: str
-    inputs: tuple[np.ndarray, ...]
+    inputs: tuple[Operand, ...]
     output_dtypes: tuple[np.dtype[Any], ...]
     attrs: Mapping[str, AttrValue] = field(default_factory=dict)
     max_shapes: tuple[tuple[int, ...], ...] = ()
@@ -143,8 +178,11 @@ class SingleOpRunner:
             for index, desc in enumerate(infer_descs)
         ]
 
-    def _device_input(self, array: np.ndarray, teardown: Teardown) -> tuple[int, int]:
-        """A data buffer over device memory holding ``array``: ``(buffer, address)``."""
+    def _device_input(self, array: Operand, teardown: Teardown) -> tuple[int, int]:
+        """A data buffer over device memory holding ``array``: ``(buffer, address)``; a
+        device operand's own memory, or fresh memory it is uploaded to."""
+        if isinstance(array, DeviceOperand):
+            return self._data_buffer(array.ptr, max(array.nbytes, 1), teardown), array.ptr
         buffer, ptr = self._device_output(array.nbytes, teardown)
         if array.nbytes:
             self._transfer.upload(ptr, array.nbytes, array)
@@ -165,17 +203,21 @@ class SingleOpRunner:
 
     def _infer_inputs(
         self,
-        arrays: Sequence[np.ndarray],
+        arrays: Sequence[Operand],
         device: Sequence[tuple[int, int]],
         teardown: Teardown,
     ) -> tuple[list[int], list[bytes]]:
         """Data buffers for infer_shape, and the ``bytes`` behind them (the caller keeps them
-        alive until infer_shape returned): the application's own memory under ``ACL_HOST``,
-        the device copies under ``ACL_DEVICE``."""
+        alive until infer_shape returned): the application's own memory under ``ACL_HOST``
+        (a device operand: a buffer over no memory, module docstring), the device memory
+        under ``ACL_DEVICE``."""
         if not self._host:
             return [buffer for buffer, _ in device], []
         buffers, kept = [], []
         for array in arrays:
+            if isinstance(array, DeviceOperand):
+                buffers.append(self._data_buffer(0, 0, teardown))
+                continue
             data = np.ascontiguousarray(array).tobytes() or b"\0"
             kept.append(data)
             ptr = self._acl.util.bytes_to_ptr(data)

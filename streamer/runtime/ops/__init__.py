@@ -1,8 +1,11 @@
-"""Single operators for post-processing (NMS, top-k) on the pipeline's backend.
+"""Single operators for post-processing (NMS, top-k, row gather) on the pipeline's backend.
 
 Module map::
 
-    base.py       Operators: the contract (ONNX NonMaxSuppression / TopK semantics), nms_each
+    base.py       Operators: the contract (ONNX NonMaxSuppression / TopK / Gather semantics),
+                  nms_each
+    views.py      how an operator reads a tensor operand (host array or device tensor) with
+                  other dims
     graphs.py     the single-node ONNX graphs (onnx.helper)
     onnx_ops.py   OnnxOperators: onnxruntime sessions over those graphs
 

@@ -1,10 +1,19 @@
 """The operator contract: single operators for post-processing, run by the pipeline's backend.
 
-An :class:`Operators` object runs two operators on numpy arrays and returns numpy arrays:
+An :class:`Operators` object runs three operators and returns numpy arrays:
 
-``nms``     ONNX ``NonMaxSuppression`` (opset 11) semantics: the selected ``[K, 3]`` rows,
-            ``K`` decided by the data (a dynamic output shape)
-``top_k``   ONNX ``TopK`` (opset 11), largest first, along the last axis
+``nms``          ONNX ``NonMaxSuppression`` (opset 11) semantics: the selected ``[K, 3]``
+                 rows, ``K`` decided by the data (a dynamic output shape)
+``top_k``        ONNX ``TopK`` (opset 11), largest first, along the last axis
+``gather_rows``  ONNX ``Gather`` (opset 11) along axis 0: the rows asked for, in that order
+
+``top_k`` and ``gather_rows`` read a tensor operand (:data:`~streamer.runtime.base.Tensor`):
+a host array, or, on a backend with device memory, a model output left there
+(:class:`~streamer.runtime.base.DeviceTensor`), read in place, possibly with other dims
+(:mod:`~streamer.runtime.ops.views`). Only their (small) results are copied to the host, so
+a postprocessor can take the best rows of a large output without reading it whole. The
+caller keeps owning the operand. On onnxruntime the "device" is the host: its models return
+host arrays and its operators take only those.
 
 :meth:`Operators.nms_each` batches one NMS per image into one operator call and hands every
 image exactly its own kept rows back.
@@ -23,12 +32,22 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from streamer.lifecycle import Closing
 
-__all__ = ["NO_SCORE_THRESHOLD", "Operators", "check_nms_inputs", "check_top_k_inputs"]
+if TYPE_CHECKING:
+    from streamer.runtime.base import Tensor
+
+__all__ = [
+    "NO_SCORE_THRESHOLD",
+    "Operators",
+    "check_gather_inputs",
+    "check_nms_inputs",
+    "check_top_k_inputs",
+]
 
 NO_SCORE_THRESHOLD = float("-inf")
 """The ``score_threshold`` that keeps every finite score (ONNX keeps ``score > threshold``)."""
@@ -77,19 +96,50 @@ class Operators(Closing, abc.ABC):
         """
 
     @abc.abstractmethod
-    def top_k(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def top_k(
+        self, x: Tensor, k: int, shape: Sequence[int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` largest values along the last axis, largest first (ONNX ``TopK``,
         opset 11, ``largest = 1``, ``sorted = 1``; ties: lower index first).
 
         Args:
-            x: float32 (..., N), at least one axis.
+            x: float32 (..., N), at least one axis: a host array, or a device tensor of this
+                backend (read in place).
             k: 0 <= k <= N.
+            shape: read ``x`` as these dims (:mod:`~streamer.runtime.ops.views`); None: its
+                own.
 
         Returns:
-            values: float32 (..., k); indices: int64 (..., k) into the last axis of ``x``.
+            values: float32 (..., k); indices: int64 (..., k) into the last axis of ``x``,
+            host arrays.
 
         Raises:
-            ValueError: ``x`` is not float32 with an axis, or ``k`` is out of range.
+            ValueError: ``x`` is not float32 with an axis, ``k`` is out of range, ``shape``
+                does not fit ``x``, or ``x`` is a tensor these operators cannot read.
+            FrameError: ``postprocess_failed``: the backend failed to run the operator.
+        """
+
+    @abc.abstractmethod
+    def gather_rows(
+        self, x: Tensor, rows: np.ndarray, shape: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """The rows of ``x`` at ``rows``, in that order (ONNX ``Gather``, opset 11,
+        ``axis = 0``).
+
+        Args:
+            x: float32 (R, ...), at least one axis: a host array, or a device tensor of this
+                backend (read in place).
+            rows: int (M,), each in 0..R-1; M >= 1.
+            shape: read ``x`` as these dims (:mod:`~streamer.runtime.ops.views`); None: its
+                own.
+
+        Returns:
+            float32 (M, ...), a host array.
+
+        Raises:
+            ValueError: ``x`` is not float32 with an axis, ``rows`` is empty, not 1-D or
+                out of range, ``shape`` does not fit ``x``, or ``x`` is a tensor these
+                operators cannot read.
             FrameError: ``postprocess_failed``: the backend failed to run the operator.
         """
 
@@ -168,13 +218,31 @@ def check_nms_inputs(
         )
 
 
-def check_top_k_inputs(x: np.ndarray, k: int) -> None:
-    """The checks of :meth:`Operators.top_k` on its arguments.
+def check_top_k_inputs(dtype: np.dtype[Any], dims: Sequence[int], k: int) -> None:
+    """The checks of :meth:`Operators.top_k` on its arguments (``x`` read as ``dims``).
 
     Raises:
         ValueError: ``x`` is not float32 with at least one axis, or ``k`` is not in 0..N.
     """
-    if x.dtype != np.float32 or x.ndim == 0:
-        raise ValueError(f"top_k takes float32 with at least one axis, got {x.dtype} {x.shape}")
-    if not 0 <= k <= x.shape[-1]:
-        raise ValueError(f"top_k: k = {k} is not in 0..{x.shape[-1]}")
+    if dtype != np.float32 or not dims:
+        raise ValueError(f"top_k takes float32 with at least one axis, got {dtype} {dims}")
+    if not 0 <= k <= dims[-1]:
+        raise ValueError(f"top_k: k = {k} is not in 0..{dims[-1]}")
+
+
+def check_gather_inputs(dtype: np.dtype[Any], dims: Sequence[int], rows: np.ndarray) -> None:
+    """The checks of :meth:`Operators.gather_rows` on its arguments (``x`` read as ``dims``):
+    an index out of range is an AI Core error on a device (``GatherV2``: "Value in indices
+    must be in range [0, x.shape[axis])", op proto of the CANN operator library), so it is
+    refused before any operator runs.
+
+    Raises:
+        ValueError: ``x`` is not float32 with at least one axis, or ``rows`` is not a
+            non-empty 1-D integer array of indices in 0..R-1.
+    """
+    if dtype != np.float32 or not dims:
+        raise ValueError(f"gather_rows takes float32 with at least one axis, got {dtype} {dims}")
+    if rows.ndim != 1 or not len(rows) or not np.issubdtype(rows.dtype, np.integer):
+        raise ValueError(f"gather_rows takes non-empty 1-D int rows, got {rows.dtype} {rows.shape}")
+    if rows.min() < 0 or rows.max() >= dims[0]:
+        raise ValueError(f"gather_rows: rows must be in 0..{dims[0] - 1}")

@@ -9,10 +9,12 @@ graph       inputs                                                       outputs
 ``top_k``   x <dtype> [..., n] (any rank >= 1), k int64 [1]              values <dtype>
                                                                          [..., k], indices
                                                                          int64 [..., k]
+``gather``  x <dtype> [r, ...] (any rank >= 1), rows int64 [m]           y <dtype> [m, ...]
 =========== ============================================================ ====================
 
-Operator semantics: ONNX ``NonMaxSuppression`` and ``TopK``, opset 11 (onnx/docs/
-Operators.md). onnxruntime implements ``NonMaxSuppression`` for float32 only.
+Operator semantics: ONNX ``NonMaxSuppression``, ``TopK`` and ``Gather`` (``axis = 0``),
+opset 11 (onnx/docs/Operators.md). onnxruntime implements ``NonMaxSuppression`` for float32
+only.
 """
 
 from __future__ import annotations
@@ -21,16 +23,27 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-__all__ = ["NMS_INPUTS", "OPSET", "TOP_K_INPUTS", "nms_graph", "top_k_graph"]
+__all__ = [
+    "GATHER_INPUTS",
+    "NMS_INPUTS",
+    "OPSET",
+    "TOP_K_INPUTS",
+    "gather_graph",
+    "nms_graph",
+    "top_k_graph",
+]
 
 OPSET = 11
-"""The ONNX opset of both graphs (NonMaxSuppression-11, TopK-11)."""
+"""The ONNX opset of the graphs (NonMaxSuppression-11, TopK-11, Gather-11)."""
 
 NMS_INPUTS = ("boxes", "scores", "max_output_boxes_per_class", "iou_threshold", "score_threshold")
 """Input names of :func:`nms_graph`, in order."""
 
 TOP_K_INPUTS = ("x", "k")
 """Input names of :func:`top_k_graph`, in order."""
+
+GATHER_INPUTS = ("x", "rows")
+"""Input names of :func:`gather_graph`, in order."""
 
 _IR_VERSION = 8
 
@@ -73,4 +86,16 @@ def top_k_graph(dtype: np.dtype) -> onnx.ModelProto:
     node = helper.make_node(
         "TopK", list(TOP_K_INPUTS), ["values", "indices"], axis=-1, largest=1, sorted=1
     )
+    return _model(node, inputs, outputs)
+
+
+def gather_graph(dtype: np.dtype) -> onnx.ModelProto:
+    """``Gather`` along axis 0 (rows) for ``dtype`` inputs of any rank."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inputs = [
+        helper.make_tensor_value_info("x", elem, None),
+        helper.make_tensor_value_info("rows", TensorProto.INT64, ["m"]),
+    ]
+    outputs = [helper.make_tensor_value_info("y", elem, None)]
+    node = helper.make_node("Gather", list(GATHER_INPUTS), ["y"], axis=0)
     return _model(node, inputs, outputs)

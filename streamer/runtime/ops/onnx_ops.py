@@ -3,14 +3,15 @@
 Each session is built on first use from :mod:`streamer.runtime.ops.graphs` and reused by every
 later call, from any thread (``InferenceSession.run`` is thread-safe). ONNX
 ``NonMaxSuppression`` has a data-dependent output shape (``[k, 3]``), which onnxruntime sizes
-itself; nothing here pads or trims.
+itself; nothing here pads or trims. onnxruntime's models return host arrays, and these
+operators read host arrays only (:func:`~streamer.runtime.ops.views.host_view`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -20,10 +21,22 @@ from streamer.errors import FrameError, Reason
 from streamer.runtime.ops.base import (
     NO_SCORE_THRESHOLD,
     Operators,
+    check_gather_inputs,
     check_nms_inputs,
     check_top_k_inputs,
 )
-from streamer.runtime.ops.graphs import NMS_INPUTS, TOP_K_INPUTS, nms_graph, top_k_graph
+from streamer.runtime.ops.graphs import (
+    GATHER_INPUTS,
+    NMS_INPUTS,
+    TOP_K_INPUTS,
+    gather_graph,
+    nms_graph,
+    top_k_graph,
+)
+from streamer.runtime.ops.views import host_view, view_shape
+
+if TYPE_CHECKING:
+    from streamer.runtime.base import Tensor
 
 __all__ = ["OnnxOperators"]
 
@@ -69,13 +82,23 @@ class OnnxOperators(Operators):
         (selected,) = self._run("NonMaxSuppression", np.dtype(np.float32), nms_graph, feed)
         return np.asarray(selected, np.int64).reshape(-1, 3)
 
-    def top_k(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        check_top_k_inputs(x, k)
-        feed = dict(
-            zip(TOP_K_INPUTS, (np.ascontiguousarray(x), np.array([k], np.int64)), strict=True)
-        )
+    def top_k(
+        self, x: Tensor, k: int, shape: Sequence[int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        dims = view_shape(x, shape)
+        check_top_k_inputs(x.dtype, dims, k)
+        feed = dict(zip(TOP_K_INPUTS, (host_view(x, dims), np.array([k], np.int64)), strict=True))
         values, indices = self._run("TopK", x.dtype, lambda: top_k_graph(x.dtype), feed)
         return values, indices
+
+    def gather_rows(
+        self, x: Tensor, rows: np.ndarray, shape: Sequence[int] | None = None
+    ) -> np.ndarray:
+        dims = view_shape(x, shape)
+        check_gather_inputs(x.dtype, dims, rows)
+        feed = dict(zip(GATHER_INPUTS, (host_view(x, dims), rows.astype(np.int64)), strict=True))
+        (gathered,) = self._run("Gather", x.dtype, lambda: gather_graph(x.dtype), feed)
+        return gathered
 
     def close(self) -> None:
         """Drop the sessions (onnxruntime frees them with the last reference)."""

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-import numpy as np
-
+from streamer.runtime.base import Tensor
 from streamer.vision.preprocess import LetterboxTransform
 
 __all__ = ["BlazeFace", "BlazeFaceParams", "Postprocessor"]
@@ -23,13 +22,16 @@ class Postprocessor(Protocol):
     """Turns one batch of model outputs into per-frame results; thread-safe."""
 
     def __call__(
-        self, outputs: Sequence[np.ndarray], transforms: Sequence[LetterboxTransform]
+        self, outputs: Sequence[Tensor], transforms: Sequence[LetterboxTransform]
     ) -> list[dict[str, Any]]:
         """Postprocess one batch.
 
         Args:
             outputs: one array per model output, in ``ModelInfo.outputs`` order, batch first;
                 the batch may be padded: only the first ``len(transforms)`` rows are frames.
+                Device tensors (on a backend with device memory) only for a plug-in whose
+                parameters ask for them (:attr:`~streamer.vision.registry.PluginParams.
+                device_outputs`); the caller releases them after the call.
             transforms: each real frame's transform from model input to image pixels.
 
         Returns:

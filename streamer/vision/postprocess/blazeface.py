@@ -43,7 +43,7 @@ import numpy as np
 from pydantic import Field
 
 from streamer.errors import ConfigError, FrameError, Reason
-from streamer.runtime.base import ModelInfo
+from streamer.runtime.base import ModelInfo, Tensor
 from streamer.runtime.ops.base import Operators
 from streamer.vision.nms_place import NmsPlace, operators_for
 from streamer.vision.postprocess.blazeface_nms import OperatorNms
@@ -209,15 +209,21 @@ class BlazeFaceParams(PluginParams):
         iou_threshold: IoU above which detections merge (MediaPipe's
             ``min_suppression_threshold``: 0.3).
         max_detections: faces per frame at most.
-        nms: ``host`` (:func:`weighted_nms`) or ``operator``: top-k and NMS as single
-            operators on the pipeline's backend, then the same weighted blend
-            (:mod:`~streamer.vision.postprocess.blazeface_nms`).
+        nms: ``host`` (:func:`weighted_nms`) or ``operator``: top-k, a gather of the
+            candidates' regressor rows and NMS as single operators on the pipeline's backend,
+            then the same weighted blend (:mod:`~streamer.vision.postprocess.blazeface_nms`);
+            the model's outputs then stay in device memory on ACL.
     """
 
     score_threshold: float | None = Field(None, gt=0, lt=1)
     iou_threshold: float = Field(0.3, ge=0, le=1)
     max_detections: int = Field(100, ge=1)
     nms: NmsPlace = "host"
+
+    @property
+    def device_outputs(self) -> bool:
+        """``nms = "operator"`` reads the outputs where the backend left them."""
+        return self.nms == "operator"
 
 
 @POSTPROCESSORS.register("blazeface", BlazeFaceParams, operators=True)
@@ -267,13 +273,14 @@ class BlazeFace:
         )
 
     def __call__(
-        self, outputs: Sequence[np.ndarray], transforms: Sequence[LetterboxTransform]
+        self, outputs: Sequence[Tensor], transforms: Sequence[LetterboxTransform]
     ) -> list[dict[str, Any]]:
         """Detections for each of the ``len(transforms)`` real frames of one batch.
 
         Args:
             outputs: the model outputs in ``ModelInfo.outputs`` order, batch first; rows past
-                ``len(transforms)`` (batch padding) are ignored.
+                ``len(transforms)`` (batch padding) are ignored. With ``nms = "operator"``
+                they may be device tensors, read by the operators in place (not released).
             transforms: each frame's letterbox transform.
 
         Returns:
@@ -287,32 +294,37 @@ class BlazeFace:
         """
         regressors, logits = self._checked(outputs, len(transforms))
         if self._operator_nms is not None:
-            n = len(transforms)
-            found = self._operator_nms(regressors[:n], logits[:n])
+            found = self._operator_nms(regressors, logits, len(transforms))
             return [
                 {"detections": _to_image(*f, t)} for f, t in zip(found, transforms, strict=True)
             ]
+        regressors, logits = _host_arrays(regressors, logits)
+        logits = logits.reshape(logits.shape[0], len(self.anchors))
         return [
             {"detections": self._frame(regressors[i], logits[i], t)}
             for i, t in enumerate(transforms)
         ]
 
-    def _checked(self, outputs: Sequence[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-        regressors = np.asarray(outputs[self._regressors])
-        logits = np.asarray(outputs[self._logits])
+    def _checked(self, outputs: Sequence[Tensor], n: int) -> tuple[Tensor, Tensor]:
+        """The (B, N, 16) regressors and (B, N, 1) logits, B >= n, as given.
+
+        Raises:
+            FrameError: ``postprocess_failed``: other shapes.
+        """
+        regressors, logits = outputs[self._regressors], outputs[self._logits]
         n_anchors = len(self.anchors)
         if (
-            regressors.ndim != 3
+            len(regressors.shape) != 3
             or regressors.shape[0] < n
-            or regressors.shape[1:] != (n_anchors, NUM_COORDS)
-            or logits.shape[:2] != regressors.shape[:2]
+            or tuple(regressors.shape[1:]) != (n_anchors, NUM_COORDS)
+            or tuple(logits.shape[:2]) != tuple(regressors.shape[:2])
         ):
             raise FrameError(
                 Reason.POSTPROCESS_FAILED,
                 f"blazeface expects outputs ({n}+, {n_anchors}, 16) and ({n}+, {n_anchors}, 1), "
                 f"got {regressors.shape} and {logits.shape}",
             )
-        return regressors, logits.reshape(logits.shape[0], n_anchors)
+        return regressors, logits
 
     def _frame(
         self, regressors: np.ndarray, logits: np.ndarray, transform: LetterboxTransform
@@ -327,6 +339,18 @@ class BlazeFace:
             boxes, points, scores, self.iou_threshold, self.max_detections
         )
         return _to_image(boxes, points, scores, transform)
+
+
+def _host_arrays(*tensors: Tensor) -> list[np.ndarray]:
+    """The host arrays the host NMS reads.
+
+    Raises:
+        FrameError: ``postprocess_failed``: a device tensor (only ``nms = "operator"`` asks
+            for those).
+    """
+    if not all(isinstance(t, np.ndarray) for t in tensors):
+        raise FrameError(Reason.POSTPROCESS_FAILED, 'device outputs need nms = "operator"')
+    return [np.asarray(t) for t in tensors]
 
 
 def _to_image(

@@ -1,6 +1,7 @@
-"""The post-processing operators (NMS, top-k) on every backend: onnxruntime single-node graphs
-and ACL single operators on the simulator (host and device run mode) give the same, exact
-results; an NMS whose kept count differs per image returns exactly each image's rows."""
+"""The post-processing operators (NMS, top-k, row gather) on every backend: onnxruntime
+single-node graphs and ACL single operators on the simulator (host and device run mode) give
+the same, exact results; an NMS whose kept count differs per image returns exactly each
+image's rows; an operand read with other dims reads its leading elements."""
 
 from __future__ import annotations
 
@@ -101,6 +102,25 @@ def test_top_k(operators: Operators) -> None:
     assert operators.top_k(x[0], 50)[1].tolist() == np.argsort(-x[0], kind="stable").tolist()
 
 
+def test_gather_rows_and_operands_read_with_other_dims(operators: Operators) -> None:
+    """The layout of a BlazeFace batch: 3 frames' (N, 16) rows and (N, 1) logits of which the
+    first 2 frames are real; top-k over their logits read as (2, N), then their best rows
+    gathered from the regressors read as (2 * N, 16)."""
+    rng = np.random.default_rng(5)
+    regressors = rng.normal(size=(3, 40, 16)).astype(np.float32)
+    logits = rng.normal(size=(3, 40, 1)).astype(np.float32)
+    values, order = operators.top_k(logits, 4, shape=(2, 40))
+    expected = np.argsort(-logits[:2, :, 0], axis=1, kind="stable")[:, :4]
+    assert order.tolist() == expected.tolist()
+    assert np.array_equal(values, np.take_along_axis(logits[:2, :, 0], expected, axis=1))
+    rows = (np.arange(2)[:, None] * 40 + order).reshape(-1)
+    gathered = operators.gather_rows(regressors, rows, shape=(80, 16))
+    assert gathered.dtype == np.float32 and gathered.shape == (8, 16)
+    assert np.array_equal(gathered, regressors[:2].reshape(80, 16)[rows])
+    picked = operators.gather_rows(regressors[0], np.array([39, 0, 39]))
+    assert np.array_equal(picked, regressors[0][[39, 0, 39]])
+
+
 def test_contract_violations_raise_value_error(operators: Operators) -> None:
     boxes = np.zeros((1, 3, 4), np.float32)
     with pytest.raises(ValueError, match="float32"):
@@ -111,6 +131,13 @@ def test_contract_violations_raise_value_error(operators: Operators) -> None:
         operators.top_k(np.zeros((2, 3), np.float32), 4)
     with pytest.raises(ValueError, match="one score per box"):
         operators.nms_each([boxes[0]], [np.zeros(2)], 0.5)
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"cannot read \[2, 3\] as \[7\]"):
+        operators.top_k(x, 1, shape=(7,))
+    with pytest.raises(ValueError, match=r"rows must be in 0\.\.1"):
+        operators.gather_rows(x, np.array([0, 2]))
+    with pytest.raises(ValueError, match="non-empty 1-D int rows"):
+        operators.gather_rows(x, np.zeros(0, np.int64))
 
 
 def test_closed_acl_operators_fail_the_batch() -> None:

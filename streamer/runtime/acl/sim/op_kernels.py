@@ -13,13 +13,23 @@ op type                inputs → outputs (aclDataType)          shape inference
 ``TopKV2``             x FLOAT [..., N], k INT32 []            values, indices [..., k]
                        → values FLOAT, indices INT32           with k's value; [..., -1]
                                                                with range [0, N] without
+``GatherV2``           x FLOAT [R, ...], indices INT32 [...],  y [*indices, ...] with
+                       axis INT32 [] (or [1]) → y FLOAT        axis's value (needed)
 ====================== ===================================== ============================
 
 Signatures: Ascend IR ``REG_OP(NonMaxSuppressionV6)`` (ONNX ``NonMaxSuppression``
-semantics, attrs ``center_point_box``, ``max_boxes_size``) and ``REG_OP(TopKV2)`` (attrs
-``sorted``, ``dim``, ``largest``), from the op proto headers of the CANN operator library. The
-simulator implements ``center_point_box = 0``, ``sorted``, ``largest`` and ``dim = -1`` only; any
-other value is refused with ``ACL_ERROR_OP_ATTR_NOT_MATCH``.
+semantics, attrs ``center_point_box``, ``max_boxes_size``), ``REG_OP(TopKV2)`` (attrs
+``sorted``, ``dim``, ``largest``) and ``REG_OP(GatherV2)`` (TensorFlow ``GatherV2``; attrs
+``batch_dims``, ``is_preprocessed``, ``negative_index_support``), from the op proto headers of
+the CANN operator library. The simulator implements ``center_point_box = 0``, ``sorted``,
+``largest``, ``dim = -1``, and for GatherV2 ``batch_dims = 0`` without negative indices, only;
+any other value is refused with ``ACL_ERROR_OP_ATTR_NOT_MATCH``. GatherV2's output shape
+depends on the value of ``axis``, so ``infer_shape`` needs it (a data-dependent input); the
+simulator implements ``axis = 0`` only (another is ``ACL_ERROR_OP_INPUT_NOT_MATCH``).
+
+O8 (GatherV2's proto: "Value in indices must be in range [0, x.shape[axis])"): an index out of
+that range fails the execution (on a device an AI Core error; here ``ACL_ERROR_GE_FAILURE``,
+from ``synchronize_stream`` when the op ran on a stream).
 """
 
 from __future__ import annotations
@@ -174,5 +184,45 @@ class TopKV2(OpKernel):
         return [values, indices.astype(np.int32)]
 
 
-KERNELS: dict[str, type[OpKernel]] = {kernel.op_type: kernel for kernel in (NmsV6, TopKV2)}
+class GatherV2(OpKernel):
+    """``GatherV2``, ``batch_dims = 0``, ``axis = 0``: the rows of x at int32 indices."""
+
+    op_type = "GatherV2"
+    inputs = (DataType.FLOAT, DataType.INT32, DataType.INT32)
+    outputs = (DataType.FLOAT,)
+    value_inputs = (2,)
+    attrs: ClassVar[dict[str, AttrValue]] = {
+        "batch_dims": 0,
+        "is_preprocessed": False,
+        "negative_index_support": False,
+    }
+
+    def infer(self, shapes: Sequence[Shape], values: Sequence[np.ndarray | None]) -> list[Inferred]:
+        x, indices, axis_shape = shapes
+        if not x:
+            raise _input_error("x needs at least one axis")
+        if int(np.prod(axis_shape)) != 1:
+            raise _input_error(f"axis must hold one value, got shape {list(axis_shape)}")
+        axis = _scalar(values[2])
+        if axis is None:
+            raise _input_error("GatherV2's output shape needs the value of axis")
+        if axis not in (0, -len(x)):
+            raise _input_error(f"axis = {axis}: the simulator implements axis 0 only")
+        return [_exact((*indices, *x[1:]))]
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Raises: SimError: an index out of range (O8)."""
+        x, indices, _ = arrays
+        if indices.size and (indices.min() < 0 or indices.max() >= len(x)):
+            raise SimError(
+                AclCode.ERROR_GE_FAILURE, "O8", f"GatherV2: an index is not in 0..{len(x) - 1}"
+            )
+        rows = indices.reshape(-1).astype(np.int64)
+        gathered = self._onnx.gather_rows(x, rows) if rows.size else x[:0]
+        return [np.asarray(gathered).reshape(*indices.shape, *x.shape[1:])]
+
+
+KERNELS: dict[str, type[OpKernel]] = {
+    kernel.op_type: kernel for kernel in (NmsV6, TopKV2, GatherV2)
+}
 """Op type → kernel class."""

@@ -30,6 +30,8 @@ and ``function-execute_v2-1.md``, the ``acl.op.execute_v2`` page; codes RT
         the exact output dims back into the output descriptions.
     O7: attributes the op does not have, or values the simulator does not implement, are
         ``ACL_ERROR_OP_ATTR_NOT_MATCH``.
+    O8: input values the op's proto rules out fail the execution (GatherV2's indices out of
+        range; :mod:`~streamer.runtime.acl.sim.op_kernels`).
 """
 
 from __future__ import annotations

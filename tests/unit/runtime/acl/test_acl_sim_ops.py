@@ -1,5 +1,5 @@
 """Simulator rules of dynamic-shape single operators (``acl.op.infer_shape``,
-``acl.op.execute_v2``, tensor descriptions; O1-O7 of
+``acl.op.execute_v2``, tensor descriptions; O1-O8 of
 :mod:`streamer.runtime.acl.sim.single_ops`), and the ACL operators' shape rules on top of them:
 each rule broken on purpose gives the documented code."""
 
@@ -22,7 +22,7 @@ from streamer.runtime.acl.constants import (
     MemcpyKind,
     RunMode,
 )
-from streamer.runtime.acl.operators import NMS_OP, TOP_K_OP, AclOperators
+from streamer.runtime.acl.operators import GATHER_OP, NMS_OP, TOP_K_OP, AclOperators
 from streamer.runtime.acl.options import SimOptions
 from streamer.runtime.acl.sim.simulator import Simulator
 
@@ -207,6 +207,38 @@ def test_o7_attributes_the_op_does_not_have_are_refused(op: Op) -> None:
         op.acl.op.set_attr_int(attr, "x", 2**63)
     op.acl.op.destroy_attr(attr)
     assert rules(op.sim) == ["O7"]
+
+
+def test_o8_gather_infers_from_axis_and_fails_on_an_index_out_of_range(op: Op) -> None:
+    """GatherV2's output shape needs the value of ``axis`` (not of ``x``: a data buffer over
+    no memory stands for a device operand under ACL_HOST); an index past x's rows fails the
+    execution, reported by ``synchronize_stream`` since the dims were exact."""
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    descs = [op.desc(FLOAT, [4, 3]), op.desc(INT32, [2]), op.desc(INT32, [])]
+    kept = [op.host(np.array([3, 1], np.int32)), op.host(np.array(0, np.int32))]
+    axis_1 = op.host(np.array(1, np.int32))
+    null = op.acl.create_data_buffer(0, 0)
+    indices, axis = kept[0][0], kept[1][0]
+    out = op.desc(FLOAT, [-1])
+    infer = op.acl.op.infer_shape
+    assert infer(GATHER_OP, descs, [null, indices, axis], 1, [out], 0) == 0
+    assert op.dims(out) == [2, 3]
+    no_match = AclCode.ERROR_OP_INPUT_NOT_MATCH
+    assert infer(GATHER_OP, descs, [null, indices, null], 1, [out], 0) == no_match  # no axis
+    assert infer(GATHER_OP, descs, [null, indices, axis_1[0]], 1, [out], 0) == no_match
+    stream, _ = op.acl.rt.create_stream()
+    output, ptr = op.device(np.zeros(6, np.float32))
+    out = op.desc(FLOAT, [2, 3])
+    for rows, code in (([3, 1], 0), ([4, 0], AclCode.ERROR_GE_FAILURE)):
+        inputs = [op.device(x)[0], op.device(np.array(rows, np.int32))[0]]
+        inputs.append(op.device(np.array(0, np.int32))[0])
+        assert op.acl.op.execute_v2(GATHER_OP, descs, inputs, [out], [output], 0, stream) == 0
+        assert op.acl.rt.synchronize_stream(stream) == code
+    host, _ = op.acl.rt.malloc_host(24)
+    assert op.acl.rt.memcpy(host, 24, ptr, 24, MemcpyKind.DEVICE_TO_HOST) == 0
+    got = np.frombuffer(op.acl.util.ptr_to_bytes(host, 24), np.float32).reshape(2, 3)
+    assert got.tolist() == x[[3, 1]].tolist()
+    assert rules(op.sim) == ["O1", "O1", "O8"]
 
 
 # The ACL operators on these rules ---------------------------------------------------------
