@@ -192,13 +192,18 @@ def load_image(model: Path) -> ModelImage:
 
 
 def _session(source: str | bytes, onnx_file: Path) -> ort.InferenceSession:
-    """An onnxruntime CPU session of a model file or serialised model.
+    """An onnxruntime CPU session of a model file or serialised model, one thread per run:
+    the simulated device computes on the simulator's own (named) stream and model threads,
+    so the host work and the device work it stands in for stay apart (``streamer bench``
+    counts those threads as the device).
 
     Raises:
         ManifestError: onnxruntime refuses it.
     """
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
     try:
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises untyped pybind errors
