@@ -188,12 +188,12 @@ def models_fetch(names: tuple[str, ...]) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the simulator manifest's `aipp`.")
 def models_aipp(config_path: Path, model: str, size: tuple[int, int] | None, as_json: bool) -> None:
-    """Print the AIPP config (ATC --insert_op_conf) for MODEL's letterbox: static, or
-    dynamic when it says aipp = "dynamic"."""
-    from streamer.vision.aipp import letterbox_aipp
+    """Print the AIPP config (ATC --insert_op_conf) for MODEL's letterbox (static, or
+    dynamic when it says aipp = "dynamic") or MTCNN stage (static)."""
+    from streamer.vision.aipp import model_aipp
 
     try:
-        aipp = letterbox_aipp(_load(config_path), model, size or None)
+        aipp = model_aipp(_load(config_path), model, size or None)
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)

@@ -32,7 +32,7 @@ from typing import cast
 import numpy as np
 
 from streamer.assets import ASSETS, SPLITS
-from streamer.config import Config, ModelConfig
+from streamer.config import Config, ModelConfig, PluginConfig
 from streamer.errors import ConfigError
 from streamer.frames import Frame
 from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel
@@ -181,6 +181,16 @@ def _reads_device_outputs(model_config: ModelConfig, where: str) -> bool:
     return registry.params(post, f"{where}.postprocess").device_outputs
 
 
+def _input_table(model_config: ModelConfig) -> PluginConfig | None:
+    """The table of the plug-in that prepares the model's inputs, for the backend
+    (:attr:`ModelSpec.preprocess`): an item stage's ``[models.postprocess]`` (it makes its own
+    inputs), else the ``[models.preprocess]``."""
+    post = model_config.postprocess
+    if post is not None and post.kind in ITEM_STAGES:
+        return post
+    return model_config.preprocess
+
+
 def _load_replicas(
     backend: Backend, config: Config, model_config: ModelConfig, where: str, hands_on: bool
 ) -> list[tuple[int, QueueModel]]:
@@ -200,7 +210,7 @@ def _load_replicas(
                     mode=model_config.mode,
                     max_in_flight=model_config.max_in_flight,
                     batch_gears=model_config.batch.gears,
-                    preprocess=model_config.preprocess,
+                    preprocess=_input_table(model_config),
                     device_outputs=device_outputs,
                 )
                 loaded.append((device, backend.load(spec)))

@@ -183,9 +183,11 @@ class ModelSpec:
             beyond it (backpressure).
         batch_gears: batch sizes to allow when the model's batch dim is dynamic.
         options: backend-specific settings (e.g. onnxruntime ``intra_op_threads``).
-        preprocess: the model's ``[models.preprocess]`` table (``kind`` and parameters), for
-            a backend that composes the preprocessing into the model (onnxruntime with
-            letterbox ``normalize = "model"``); None for stages fed by another stage.
+        preprocess: the table (``kind`` and parameters) of the plug-in that prepares the
+            model's inputs: its ``[models.preprocess]``, or an item stage's
+            ``[models.postprocess]`` (an MTCNN stage crops and resizes its own inputs), for a
+            backend that composes the preprocessing into the model (onnxruntime with
+            ``normalize = "model"``); None for stages fed by another stage's tensors.
         device_outputs: the outputs feed the next model of a ``:tensor`` chain, or the
             single operators of the postprocessor (``nms = "operator"``): a backend with
             device memory (ACL) leaves them there and :meth:`QueueModel.dequeue` returns

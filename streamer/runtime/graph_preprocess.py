@@ -9,12 +9,14 @@ source channel ``s(c)``::
 which is the letterbox's ``(x / 255 - mean) / std`` with ``offset = 255 · mean`` and
 ``scale = 1 / (255 · std)``, and ACL AIPP's ``(x - mean_chn - min_chn) · var_reci_chn`` with
 ``offset = mean_chn + min_chn`` and ``scale = var_reci_chn`` (the AIPP formula, CANN ATC
-"AIPP配置" page; the simulator uses this module to apply a manifest's ``aipp`` section).
+"AIPP配置" page; the simulator uses this module to apply a manifest's ``aipp`` section), and
+MTCNN's ``(x - 127.5) / 128`` (:data:`streamer.runtime.mtcnn_keys.MTCNN_NORMALIZATION`).
 
 Nodes prepended, in order: ``Cast`` (uint8 → the model input's float type), ``Gather`` on the
 channel axis (only when the channel order changes), ``Sub``, ``Mul``, and ``Transpose``
-(NHWC → NCHW, only when the model is NCHW). The original input keeps its name as the output
-of the last node, so the rest of the graph is unchanged.
+(NHWC → NCHW when the model is NCHW; H ↔ W when it is ``NWHC``, MTCNN's nets, which see
+images transposed; none for NHWC). The original input keeps its name as the output of the
+last node, so the rest of the graph is unchanged.
 
 :func:`prepend_runtime_normalization` builds the same nodes with the offset, scale and channel
 order as graph inputs given on every run, one offset and scale per image of the batch: the
@@ -31,6 +33,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = [
+    "Layout",
     "RUNTIME_OFFSET",
     "RUNTIME_ORDER",
     "RUNTIME_SCALE",
@@ -51,6 +54,14 @@ RUNTIME_ORDER = f"{_PREFIX}/order"
 """Input of :func:`prepend_runtime_normalization`: int64 (3,), the source channel of each
 model channel (``[2, 1, 0]`` swaps R and B, ``[0, 1, 2]`` keeps the order)."""
 
+Layout = Literal["NCHW", "NHWC", "NWHC"]
+"""The layout of a model's float image input. ``NWHC`` is NHWC with height and width
+exchanged, so an (H, W) image goes in as (W, H): MTCNN's Caffe nets, trained on MATLAB's
+column-major arrays (:mod:`streamer.vision.mtcnn.layout`)."""
+
+_TRANSPOSES: dict[Layout, list[int]] = {"NCHW": [0, 3, 1, 2], "NWHC": [0, 2, 1, 3]}
+"""The permutation from the pixels' NHWC to each layout that needs one."""
+
 
 @dataclass(frozen=True)
 class InputNormalization:
@@ -61,13 +72,14 @@ class InputNormalization:
         scale: float (3,), multiplied per model channel after the offset.
         swap_rb: the model's channel order is the reverse of the input's (BGR pixels in, an
             RGB model; or the reverse).
-        layout: the original model input's layout, ``NCHW`` (a Transpose is added) or ``NHWC``.
+        layout: the original model input's :data:`Layout`; a Transpose is added unless it is
+            ``NHWC``.
     """
 
     offset: tuple[float, float, float]
     scale: tuple[float, float, float]
     swap_rb: bool
-    layout: Literal["NCHW", "NHWC"]
+    layout: Layout
 
     @classmethod
     def from_mean_std(
@@ -94,7 +106,8 @@ def prepend_normalization(model: onnx.ModelProto, norm: InputNormalization) -> o
 
     Returns:
         The rewritten model: first input ``<name>`` uint8 (N, H, W, 3), N/H/W as the original
-        (symbolic dims kept); every other input and output as before.
+        (symbolic dims kept; for ``NWHC`` the original's dims 2 and 1); every other input and
+        output as before.
 
     Raises:
         ValueError: the first input is not a 4-D float tensor with 3 channels.
@@ -117,9 +130,7 @@ def prepend_normalization(model: onnx.ModelProto, norm: InputNormalization) -> o
     return out
 
 
-def prepend_runtime_normalization(
-    model: onnx.ModelProto, layout: Literal["NCHW", "NHWC"]
-) -> onnx.ModelProto:
+def prepend_runtime_normalization(model: onnx.ModelProto, layout: Layout) -> onnx.ModelProto:
     """A copy of ``model`` whose first input is uint8 NHWC pixels, normalised in the graph
     with parameters given on every run.
 
@@ -164,7 +175,7 @@ class _Names:
     order: str | None
 
 
-def _prepend(graph: onnx.GraphProto, layout: Literal["NCHW", "NHWC"], names: _Names) -> None:
+def _prepend(graph: onnx.GraphProto, layout: Layout, names: _Names) -> None:
     """Replace the first input of ``graph`` by uint8 NHWC pixels and prepend the nodes.
 
     Raises:
@@ -174,7 +185,11 @@ def _prepend(graph: onnx.GraphProto, layout: Literal["NCHW", "NHWC"], names: _Na
     original = _first_data_input(graph)
     float_type = original.type.tensor_type.elem_type
     dims = list(original.type.tensor_type.shape.dim)
-    nhwc = dims if layout == "NHWC" else [dims[0], dims[2], dims[3], dims[1]]
+    nhwc = {
+        "NHWC": dims,
+        "NCHW": [dims[0], dims[2], dims[3], dims[1]],
+        "NWHC": [dims[0], dims[2], dims[1], dims[3]],
+    }[layout]
     _check_channels(original.name, nhwc[3])
     pixels = f"{original.name}"
     internal = f"{_PREFIX}/{original.name}"
@@ -225,7 +240,7 @@ def _check_channels(name: str, dim: onnx.TensorShapeProto.Dimension) -> None:
 
 
 def _nodes(
-    pixels: str, result: str, float_type: int, layout: Literal["NCHW", "NHWC"], names: _Names
+    pixels: str, result: str, float_type: int, layout: Layout, names: _Names
 ) -> list[onnx.NodeProto]:
     """Cast → [Gather] → Sub → Mul → [Transpose], from ``pixels`` to ``result``."""
     name = f"{_PREFIX}/"
@@ -235,10 +250,11 @@ def _nodes(
         nodes.append(helper.make_node("Gather", [current, names.order], [name + "bgr"], axis=3))
         current = name + "bgr"
     nodes.append(helper.make_node("Sub", [current, names.offset], [name + "centred"]))
-    last = result if layout == "NHWC" else name + "scaled"
+    perm = _TRANSPOSES.get(layout)
+    last = result if perm is None else name + "scaled"
     nodes.append(helper.make_node("Mul", [name + "centred", names.scale], [last]))
-    if layout == "NCHW":
-        nodes.append(helper.make_node("Transpose", [last], [result], perm=[0, 3, 1, 2]))
+    if perm is not None:
+        nodes.append(helper.make_node("Transpose", [last], [result], perm=perm))
     return nodes
 
 

@@ -13,7 +13,10 @@ In-graph preprocessing (issue 9, item 4): when the model's ``[models.preprocess]
 ``letterbox`` with ``normalize = "model"``, the model is rewritten at load time by
 :func:`streamer.runtime.graph_preprocess.prepend_normalization` with the table's ``color``,
 ``mean``, ``std`` and ``layout``; its first input becomes uint8 NHWC BGR pixels and the host
-only letterboxes. ``normalize = "device"`` (ACL static AIPP) is refused here.
+only letterboxes. Likewise for an MTCNN item stage's table with ``normalize = "model"``
+(:mod:`streamer.runtime.mtcnn_keys`): the graph casts, swaps R and B, normalises and
+exchanges H and W, and the host only crops and resizes. ``normalize = "device"`` (ACL AIPP)
+is refused here.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from streamer.runtime.base import (
 )
 from streamer.runtime.graph_preprocess import InputNormalization, prepend_normalization
 from streamer.runtime.letterbox_keys import letterbox_keys
+from streamer.runtime.mtcnn_keys import mtcnn_keys
 from streamer.runtime.ops.onnx_ops import OnnxOperators
 
 __all__ = [
@@ -151,21 +155,26 @@ class OnnxBackend(Backend):
 
 
 def in_graph_normalization(table: PluginConfig | None) -> InputNormalization | None:
-    """The normalisation to compose into the graph for a ``[models.preprocess]`` table.
+    """The normalisation to compose into the graph for the table that prepares the model's
+    inputs (:attr:`ModelSpec.preprocess`).
 
     Returns:
-        None unless the table is a ``letterbox`` with ``normalize = "model"``.
+        None unless the table is a ``letterbox`` or an MTCNN item stage with
+        ``normalize = "model"``.
 
     Raises:
         ConfigError: ``normalize = "device"`` (ACL only), or a key the rewrite needs is
-            invalid (named as ``preprocess.<key>``), or a ``std`` is not positive.
+            invalid (named as ``preprocess.<key>`` / ``postprocess.<key>``), or a ``std`` is
+            not positive.
     """
-    keys = letterbox_keys(table)
+    letterbox = letterbox_keys(table)
+    keys = letterbox or mtcnn_keys(table)
     if keys is None or keys.normalize == "host":
         return None
     if keys.normalize == "device":
+        where = "preprocess" if letterbox else "postprocess"
         raise ConfigError(
-            'preprocess.normalize: "device" is ACL AIPP (static or dynamic); onnxruntime '
+            f'{where}.normalize: "device" is ACL AIPP (static or dynamic); onnxruntime '
             'composes the preprocessing into the graph with normalize = "model"'
         )
     return keys.normalization()

@@ -1,10 +1,12 @@
-"""The AIPP config for a configured model's letterbox (``streamer models aipp``).
+"""The AIPP config for a configured model's letterbox or MTCNN stage (``streamer models
+aipp``).
 
 ATC bakes it into the ``.om`` (``--insert_op_conf``); the daemon then runs that model with
 ``normalize = "device"`` and sends uint8 pixels (docs/ascend.md, "Static AIPP" and "Dynamic
 AIPP"). With ``aipp = "static"`` the config holds the normalisation; with ``aipp = "dynamic"``
 it only sizes the source input (``max_src_image_size``) and the backend sets the
-normalisation on every execution.
+normalisation on every execution. MTCNN's stages take static AIPP with the nets' fixed
+arithmetic (:data:`~streamer.runtime.mtcnn_keys.MTCNN_NORMALIZATION`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,55 @@ from streamer.runtime.acl.aipp_dynamic import DynamicAippConfig
 from streamer.runtime.acl.aipp_static import StaticAipp
 from streamer.runtime.acl.sim.manifest import onnx_path
 from streamer.runtime.graph_preprocess import InputNormalization
+from streamer.runtime.mtcnn_keys import MTCNN_KINDS, MTCNN_NORMALIZATION
 from streamer.vision.preprocess import LetterboxParams
 
-__all__ = ["letterbox_aipp"]
+__all__ = ["letterbox_aipp", "model_aipp", "mtcnn_aipp"]
+
+
+def model_aipp(
+    config: Config, model: str, size: tuple[int, int] | None = None
+) -> StaticAipp | DynamicAippConfig:
+    """The ``aipp_op`` for model ``model``: :func:`mtcnn_aipp` for an MTCNN item stage,
+    :func:`letterbox_aipp` otherwise (same arguments and errors)."""
+    stage = _stage(config, model)
+    post = stage.postprocess
+    if post is not None and post.kind in MTCNN_KINDS:
+        return mtcnn_aipp(config, model, size)
+    return letterbox_aipp(config, model, size)
+
+
+def mtcnn_aipp(config: Config, model: str, size: tuple[int, int] | None = None) -> StaticAipp:
+    """The static ``aipp_op`` that does an MTCNN net's input normalisation on the device.
+
+    Args:
+        config: the daemon config.
+        model: the ``[[models]]`` name of an MTCNN item stage.
+        size: (height, width) of the AIPP source in the net's orientation (the image's width
+            and height: MTCNN's nets see images transposed), pixels. None: ``(0, 0)`` for
+            ``mtcnn_pnet``, whose pyramid gears are resolution gears (rule: static AIPP with
+            dynamic resolution, source size 0), else the static H × W of the ONNX input.
+
+    Raises:
+        ConfigError: no such model, or the size is unknown.
+    """
+    stage = _stage(config, model)
+    pnet = stage.postprocess is not None and stage.postprocess.kind == "mtcnn_pnet"
+    default = (0, 0) if pnet else None
+    height, width = size or default or _onnx_size(config.model_path(stage), "NHWC")
+    return StaticAipp.from_normalization(MTCNN_NORMALIZATION, height, width)
+
+
+def _stage(config: Config, model: str) -> ModelConfig:
+    """The ``[[models]]`` table named ``model``.
+
+    Raises:
+        ConfigError: none has that name.
+    """
+    stage = next((m for m in config.models if m.name == model), None)
+    if stage is None:
+        raise ConfigError(f"no model {model!r}; known: {[m.name for m in config.models]}")
+    return stage
 
 
 def letterbox_aipp(
@@ -47,9 +95,7 @@ def letterbox_aipp(
         ConfigError: no such model, its preprocess is not a ``letterbox``, or the size is
             unknown.
     """
-    stage = next((m for m in config.models if m.name == model), None)
-    if stage is None:
-        raise ConfigError(f"no model {model!r}; known: {[m.name for m in config.models]}")
+    stage = _stage(config, model)
     table = stage.preprocess
     if table is None or table.kind != "letterbox":
         raise ConfigError(f"model {model!r}: AIPP is generated from a letterbox preprocess")

@@ -20,6 +20,13 @@ kind                    items of a frame                   finish
                         input                              non-face classifier)
 ======================= ================================== ==================================
 
+Every MTCNN stage takes ``normalize = "host" | "model" | "device"``, the letterbox's choice
+(:mod:`streamer.vision.mtcnn.layout`): the host crops and resizes, and normalises too
+(``host``, default), or sends uint8 pixels that the model normalises, in the graph on
+onnxruntime (``model``: the backend reads the table, :mod:`streamer.runtime.mtcnn_keys`) or
+by the ``.om``'s static AIPP (``device``). Each stage checks at start-up that its model's
+input takes what it sends.
+
 MTCNN: Zhang et al. 2016, "Joint Face Detection and Alignment using Multi-task Cascaded
 Convolutional Networks" (see :mod:`streamer.vision.mtcnn`).
 """
@@ -36,8 +43,15 @@ from streamer.runtime.base import ModelInfo
 from streamer.runtime.ops.base import Operators
 from streamer.vision.crops import CropParams, Crops
 from streamer.vision.mtcnn import ONet, ONetParams, PNet, PNetParams, RNet, RNetParams
-from streamer.vision.mtcnn.layout import PROBABILITY, REGRESSION, split_outputs, to_tensor
-from streamer.vision.registry import PluginParams, Registry
+from streamer.vision.mtcnn.layout import (
+    PROBABILITY,
+    REGRESSION,
+    InputParams,
+    check_input,
+    split_outputs,
+    to_input,
+)
+from streamer.vision.registry import Registry
 
 __all__ = ["ITEM_STAGES", "ItemStage", "ONetStageParams"]
 
@@ -86,11 +100,17 @@ def _crop_items(
 
 
 class PNetStage:
-    """MTCNN's P-Net over fixed pyramid gears."""
+    """MTCNN's P-Net over fixed pyramid gears.
+
+    Raises:
+        ConfigError: bad parameters (:class:`PNet`), or the model's input does not take what
+            ``normalize`` sends (:func:`.mtcnn.layout.check_input`).
+    """
 
     def __init__(
         self, params: PNetParams, info: ModelInfo, operators: Operators | None = None
     ) -> None:
+        check_input(info, params.normalize)
         self._pnet = PNet(params, operators)
 
     def items(
@@ -112,11 +132,16 @@ class PNetStage:
 
 
 class RNetStage:
-    """MTCNN's R-Net on a crop of every detection; its boxes replace the detections."""
+    """MTCNN's R-Net on a crop of every detection; its boxes replace the detections.
+
+    Raises:
+        ConfigError: as :class:`PNetStage`.
+    """
 
     def __init__(
         self, params: RNetParams, info: ModelInfo, operators: Operators | None = None
     ) -> None:
+        check_input(info, params.normalize)
         self._rnet = RNet(params, operators)
 
     def items(
@@ -144,11 +169,16 @@ class ONetStageParams(ONetParams):
 
 
 class ONetStage:
-    """MTCNN's O-Net on a crop of every detection."""
+    """MTCNN's O-Net on a crop of every detection.
+
+    Raises:
+        ConfigError: as :class:`PNetStage`.
+    """
 
     def __init__(
         self, params: ONetStageParams, info: ModelInfo, operators: Operators | None = None
     ) -> None:
+        check_input(info, params.normalize)
         self._onet = ONet(ONetParams(**params.model_dump(exclude={"merge"})), operators)
         self._merge = params.merge
 
@@ -171,11 +201,12 @@ class ONetStage:
         return results
 
 
-class ClassifyParams(PluginParams):
+class ClassifyParams(InputParams):
     """Parameters of ``mtcnn_classify``.
 
     Attributes:
         threshold: face probability above which ``is_face`` is true.
+        normalize: where the input normalisation happens (:class:`.mtcnn.layout.InputParams`).
     """
 
     threshold: float = Field(0.7, ge=0, le=1)
@@ -183,11 +214,17 @@ class ClassifyParams(PluginParams):
 
 class FaceClassifier:
     """R-Net (or O-Net) on the whole frame as a face / non-face classifier (the frame is the
-    crop: squared, resized to the model's input, MTCNN's layout)."""
+    crop: squared, resized to the model's input, MTCNN's layout).
+
+    Raises:
+        ConfigError: as :class:`PNetStage`, or the input size is unknown (:class:`Crops`).
+    """
 
     def __init__(self, params: ClassifyParams, info: ModelInfo) -> None:
+        check_input(info, params.normalize)
         self._crops = Crops(CropParams(square=True), info)
         self._threshold = params.threshold
+        self._normalize = params.normalize
         self._name = info.name
 
     def items(
@@ -195,7 +232,7 @@ class FaceClassifier:
     ) -> tuple[list[np.ndarray], list[Any]]:
         height, width = image.shape[:2]
         crops, transforms = self._crops(image, [{"box": [0, 0, width, height]}])
-        return list(to_tensor(crops)), transforms
+        return list(to_input(crops, self._normalize)), transforms
 
     def finish(
         self, outputs: Sequence[ItemOutputs], transforms: Sequence[Any], results: dict[str, Any]

@@ -55,6 +55,7 @@ from streamer.runtime.acl.tdt import TdtQueueApi, create_model_queues
 from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.acl.withq import WithQLoader
 from streamer.runtime.base import Backend, ModelSpec
+from streamer.runtime.mtcnn_keys import refuse_in_graph
 
 __all__ = ["AclBackend", "import_acl", "recent_error"]
 
@@ -145,11 +146,13 @@ class AclBackend(Backend):
         """Load ``spec.path`` on ``spec.device`` in the mode ``spec.mode`` resolves to.
 
         Raises:
-            ConfigError: ``spec.options`` is invalid.
+            ConfigError: ``spec.options`` is invalid, or an MTCNN stage asks for the in-graph
+                rewrite (:func:`~streamer.runtime.mtcnn_keys.refuse_in_graph`).
             ModelError: unknown device, unloadable file, gears that do not fit, or a mode
                 the model cannot run in (the message says why).
             AclError: the runtime failed; everything acquired is released first.
         """
+        refuse_in_graph(spec.preprocess)
         options = parse_model_options(self.options, spec.options, spec.name)
         device = self._device(spec)
         device.activate()

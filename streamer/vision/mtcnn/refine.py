@@ -31,12 +31,12 @@ from streamer.vision.mtcnn.layout import (
     LANDMARKS,
     PROBABILITY,
     REGRESSION,
+    InputParams,
     split_outputs,
-    to_tensor,
+    to_input,
 )
 from streamer.vision.mtcnn.suppress import Suppress
 from streamer.vision.nms_place import NmsPlace, operators_for
-from streamer.vision.registry import PluginParams
 
 __all__ = ["KEYPOINTS", "ONet", "ONetParams", "RNet", "RNetParams"]
 
@@ -45,10 +45,11 @@ KEYPOINTS = ("left_eye", "right_eye", "nose", "mouth_left", "mouth_right")
 image (the subject's right eye is ``left_eye``)."""
 
 
-class RNetParams(PluginParams):
+class RNetParams(InputParams):
     """R-Net's parameters; defaults are the reference's.
 
     Attributes:
+        normalize: where the input normalisation happens (:class:`.layout.InputParams`).
         score_threshold: a crop is kept when its face probability is above this.
         nms_threshold: IoU above which a kept crop is suppressed by a better one.
         nms: ``host``, or ``operator``: NMS as a single operator on the pipeline's backend
@@ -60,10 +61,11 @@ class RNetParams(PluginParams):
     nms: NmsPlace = "host"
 
 
-class ONetParams(PluginParams):
+class ONetParams(InputParams):
     """O-Net's parameters; defaults are the reference's.
 
     Attributes:
+        normalize: where the input normalisation happens (:class:`.layout.InputParams`).
         score_threshold: a crop is kept when its face probability is above this.
         nms_threshold: overlap above which a box is suppressed by a better one.
         nms_method: ``min`` (intersection over the smaller box, the reference) or ``union``.
@@ -82,6 +84,7 @@ class _Refine:
 
     size: ClassVar[int]
     name: ClassVar[str]
+    params: InputParams
 
     def prepare(
         self, image: np.ndarray, detections: Sequence[dict[str, Any]]
@@ -93,8 +96,8 @@ class _Refine:
             detections: the previous stage's detections, ``box`` [x, y, w, h], pixels.
 
         Returns:
-            float32 (N, size, size, 3) inputs (:func:`.layout.to_tensor`), N =
-            ``len(detections)``, and each crop's transform.
+            (N, size, size, 3) inputs as ``normalize`` wants them (:func:`.layout.to_input`:
+            float32, or uint8 BGR), N = ``len(detections)``, and each crop's transform.
 
         Raises:
             FrameError: ``preprocess_failed`` when a box is not 4 finite numbers.
@@ -102,7 +105,7 @@ class _Refine:
         crops, transforms = crop(
             image, detection_boxes(detections), (self.size, self.size), square=True
         )
-        return to_tensor(crops), transforms
+        return to_input(crops, self.params.normalize), transforms
 
     def _scored(
         self, probabilities: np.ndarray, transforms: Sequence[CropTransform], threshold: float
@@ -127,6 +130,7 @@ class RNet(_Refine):
 
     size = 24
     name = "rnet"
+    params: RNetParams
 
     def __init__(
         self, params: RNetParams | None = None, operators: Operators | None = None
@@ -172,6 +176,7 @@ class ONet(_Refine):
 
     size = 48
     name = "onet"
+    params: ONetParams
 
     def __init__(
         self, params: ONetParams | None = None, operators: Operators | None = None

@@ -15,7 +15,9 @@ from streamer.config import PluginConfig, RuntimeConfig
 from streamer.errors import ConfigError
 from streamer.runtime.base import ModelSpec
 from streamer.runtime.graph_preprocess import InputNormalization, prepend_normalization
+from streamer.runtime.mtcnn_keys import MTCNN_NORMALIZATION, refuse_in_graph
 from streamer.runtime.onnx import OnnxBackend, in_graph_normalization
+from streamer.vision.mtcnn import to_tensor
 from streamer.vision.preprocess import Letterbox, LetterboxParams
 from streamer.vision.registry import PREPROCESSORS
 
@@ -50,6 +52,25 @@ def test_rewritten_graph_equals_host_normalisation(layout: str, color: str) -> N
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+def test_nwhc_graph_equals_mtcnn_host_tensors() -> None:
+    """MTCNN's nets see images transposed: the rewrite exchanges H and W after normalising,
+    and gives what the host's ``to_tensor`` gives, bit for bit."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "w", "h", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "w", "h", 3])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rewritten = prepend_normalization(model, MTCNN_NORMALIZATION)
+    onnx.checker.check_model(rewritten)
+    pixels = np.random.default_rng(1).integers(0, 256, (2, 4, 5, 3), dtype=np.uint8)
+    session = ort.InferenceSession(
+        rewritten.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    assert session.get_inputs()[0].shape == ["n", "h", "w", 3]
+    got = session.run(None, {"x": pixels})[0]
+    assert got.shape == (2, 5, 4, 3)
+    assert np.array_equal(got, to_tensor(pixels))
+
+
 def test_rewritten_input_is_uint8_nhwc_with_symbolic_batch() -> None:
     norm = InputNormalization((0.0,) * 3, (1.0,) * 3, False, "NCHW")
     rewritten = prepend_normalization(identity_model("NCHW"), norm)
@@ -82,6 +103,29 @@ def test_table_selects_the_rewrite() -> None:
         in_graph_normalization(PluginConfig(kind="letterbox", normalize="device"))
     with pytest.raises(ConfigError, match="preprocess.std"):
         in_graph_normalization(PluginConfig(kind="letterbox", normalize="model", std=0))
+
+
+@pytest.mark.parametrize("kind", ["mtcnn_pnet", "mtcnn_rnet", "mtcnn_onet", "mtcnn_classify"])
+def test_mtcnn_tables_select_the_rewrite(kind: str) -> None:
+    assert in_graph_normalization(PluginConfig(kind=kind, score_threshold=0.5)) is None
+    norm = in_graph_normalization(PluginConfig(kind=kind, normalize="model"))
+    assert norm == MTCNN_NORMALIZATION
+    with pytest.raises(ConfigError, match='postprocess.normalize: "device" is ACL AIPP'):
+        in_graph_normalization(PluginConfig(kind=kind, normalize="device"))
+    with pytest.raises(ConfigError, match="postprocess.normalize"):
+        in_graph_normalization(PluginConfig(kind=kind, normalize="graph"))
+    refuse_in_graph(PluginConfig(kind=kind, normalize="device"))
+    refuse_in_graph(PluginConfig(kind="letterbox", normalize="model"))
+    with pytest.raises(ConfigError, match='"model" is the onnxruntime backend'):
+        refuse_in_graph(PluginConfig(kind=kind, normalize="model"))
+
+
+def test_mtcnn_backend_key_defaults_as_the_stages() -> None:
+    from streamer.runtime.mtcnn_keys import MtcnnKeys
+    from streamer.vision.mtcnn.layout import InputParams
+
+    default = InputParams.model_fields["normalize"].default
+    assert MtcnnKeys.model_fields["normalize"].default == default
 
 
 def test_backend_keys_default_as_the_letterbox() -> None:
