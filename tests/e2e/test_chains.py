@@ -64,6 +64,7 @@ def test_mtcnn_chain(
     connect: Any,
     assets: dict[str, Path],
     astronaut: np.ndarray,
+    grace_hopper: np.ndarray,
     coffee: np.ndarray,
     chelsea: np.ndarray,
 ) -> None:
@@ -74,8 +75,7 @@ def test_mtcnn_chain(
     assert [r["seq"] for r in frames] == list(range(120))
     assert sum(len(r["detections"]) == 1 for r in frames) >= 115
     assert all(r["error"] is None and r["model"] in ("pnet", "rnet", "onet") for r in frames)
-    grace = cv2.imread(str(assets["grace_hopper.jpg"]))
-    stills = {"astronaut": astronaut, "grace": grace, "coffee": coffee, "chelsea": chelsea}
+    stills = {"astronaut": astronaut, "grace": grace_hopper, "coffee": coffee, "chelsea": chelsea}
     results = send_stills(client, stills)
     for name in ("astronaut", "grace"):
         (face,) = results[name]["detections"]

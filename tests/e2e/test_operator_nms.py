@@ -9,14 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import cv2
 import pytest
 
 from streamer.clients.producer import produce
-from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon, backend_settings
-from .test_acl_sim import mtcnn_on
+from .conftest import Client, backend_settings
+from .test_acl_sim import mtcnn_faces
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -58,35 +56,29 @@ def mtcnn(
 ) -> tuple[dict[str, Any], list[str]]:
     """configs/mtcnn.toml on ``backend`` with O-Net's NMS on IoU, and with every NMS as an
     operator if ``operator``: each still's detections, and the daemon's log events."""
-    path, ports = mtcnn_on(backend, folder, assets)
-    text = path.read_text().replace('nms_method = "min"', 'nms_method = "union"')
-    if operator:
-        text = text.replace("merge_nms = 0.7", 'merge_nms = 0.7\nnms = "operator"')
-        text = text.replace("nms_threshold = 0.7", 'nms_threshold = 0.7\nnms = "operator"')
-    path.write_text(text)
-    daemon = Daemon(path, *ports)
-    try:
-        daemon.wait_event("ready")
-        client: Client = connect(daemon)
-        for name, image in stills.items():
-            png = cv2.imencode(".png", image)[1].tobytes()
-            client.send_parts(encode_frame(name, 0, png, encoding="png"))
-        results = {r["source"]: r for r in client.collect(len(stills))}
-        assert daemon.stop() == 0
-    finally:
-        daemon.close()
-    assert all(r["error"] is None for r in results.values()), results
-    events = [e.get("event") for e in daemon.logs]
-    return {name: results[name]["detections"] for name in stills}, events
+
+    def edit(text: str) -> str:
+        text = text.replace('nms_method = "min"', 'nms_method = "union"')
+        if operator:
+            text = text.replace("merge_nms = 0.7", 'merge_nms = 0.7\nnms = "operator"')
+            text = text.replace("nms_threshold = 0.7", 'nms_threshold = 0.7\nnms = "operator"')
+        return text
+
+    faces, logs = mtcnn_faces(backend, folder, assets, connect, stills, edit)
+    return faces, [e.get("event") for e in logs]
 
 
 def test_mtcnn_chain_with_operator_nms_on_the_simulator(
-    connect: Any, tmp_path: Path, assets: dict[str, Path], astronaut: Any, coffee: Any
+    connect: Any,
+    tmp_path: Path,
+    assets: dict[str, Path],
+    astronaut: Any,
+    coffee: Any,
+    grace_hopper: Any,
 ) -> None:
     """P-Net, R-Net and O-Net's NMS as ACL single operators, on the dequeue threads of the
     three item stages: the faces of the host NMS on onnxruntime."""
-    grace = cv2.imread(str(assets["grace_hopper.jpg"]))
-    stills = {"astronaut": astronaut, "grace": grace, "coffee": coffee}
+    stills = {"astronaut": astronaut, "grace": grace_hopper, "coffee": coffee}
     expected, _ = mtcnn("onnxruntime", False, tmp_path, assets, connect, stills)
     got, events = mtcnn("acl-sim", True, tmp_path, assets, connect, stills)
     assert "acl_operator_stream_created" in events

@@ -286,14 +286,6 @@ def infer(assets: dict[str, Path]) -> Infer:
 
 
 @pytest.fixture(scope="module")
-def grace_hopper(assets: dict[str, Path]) -> np.ndarray:
-    """matplotlib's grace_hopper.jpg, BGR uint8 (600, 512, 3); one face."""
-    image = cv2.imread(str(assets["grace_hopper.jpg"]), cv2.IMREAD_COLOR)
-    assert image is not None and image.shape == (600, 512, 3)
-    return image
-
-
-@pytest.fixture(scope="module")
 def lfw(assets: dict[str, Path]) -> tuple[np.ndarray, np.ndarray]:
     """skimage's lfw_subset as BGR uint8 (200, 25, 25, 3), and labels (1 = face) (200,)."""
     gray = np.load(assets["lfw_subset.npy"])

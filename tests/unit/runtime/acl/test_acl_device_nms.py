@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import pytest
 from acl_testing import GEARS, MakeBackend, MakeModel, Reference, calls, rules
@@ -45,17 +44,10 @@ def face_model(make_model: MakeModel, mode: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def images(
-    carphone_frames: list[np.ndarray],
-    astronaut: np.ndarray,
-    chelsea: np.ndarray,
-    coffee: np.ndarray,
-    assets: dict[str, Path],
-) -> list[np.ndarray]:
-    """Every twelfth carphone frame, astronaut, chelsea, coffee and grace_hopper: 14 images,
-    so the last batch of 4 has 2 real frames and 2 padding rows."""
-    grace = cv2.imread(str(assets["grace_hopper.jpg"]))
-    return [*carphone_frames[::12], astronaut, chelsea, coffee, grace]
+def images(carphone_frames: list[np.ndarray], stills: list[np.ndarray]) -> list[np.ndarray]:
+    """Every twelfth carphone frame, then the four stills: 14 images, so the last batch of 4
+    has 2 real frames and 2 padding rows."""
+    return [*carphone_frames[::12], *stills]
 
 
 def batches(pre: Preprocessor, images: Sequence[np.ndarray]) -> list[tuple[np.ndarray, list[Any]]]:
