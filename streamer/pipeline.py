@@ -41,7 +41,7 @@ from streamer.scheduling.chain import make_items
 from streamer.scheduling.chain_run import ChainRun
 from streamer.scheduling.reorder import ReorderBuffer
 from streamer.scheduling.sources import SourceTracker
-from streamer.scheduling.swap import hand_over_admission, retire
+from streamer.scheduling.swap import retire
 from streamer.transport.egress import Egress
 from streamer.transport.endpoints import check_endpoints
 from streamer.transport.ingress import Ingress, widest_limits
@@ -160,7 +160,6 @@ class Pipeline:
             self.reorder.skip,
             self._abort,
         )
-        self._submit_lock = threading.Lock()
         self._ingresses: list[Ingress] = []
         self._egress: Egress | None = None
         self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -251,12 +250,12 @@ class Pipeline:
         self.status = Status.RUNNING
 
     def _submit(self, frame: Frame) -> Future[Frame]:
-        """Start preparing ``frame`` for the current stage (called under admission's order)."""
+        """Start preparing ``frame`` for the current chain's first stage (called under
+        admission's lock, which a reload's switch of the chain also takes)."""
         assert self._pool is not None
         limits = widest_limits(self.config.ingress)
-        with self._submit_lock:
-            stage, keep = self._stages[0], self._chain.keep_images
-            return self._pool.submit(prepare_frame, frame, stage, limits, keep)
+        stage, keep = self._stages[0], self._chain.keep_images
+        return self._pool.submit(prepare_frame, frame, stage, limits, keep)
 
     def reload(self, config: Config) -> bool:
         """Replace the chain of models by the one of ``config`` when its models changed,
@@ -309,17 +308,19 @@ class Pipeline:
 
     def _swap(self, chain: ChainRun, stages: list[ModelStage]) -> None:
         """Put ``chain`` into service at an in-band marker and retire the old one."""
-        with self._submit_lock:
-            old = self._chain
+        old = self._chain
+
+        def switch() -> None:
             self._chain, self._stages = chain, stages
-            self._inbox.put_marker(STOP)
+
+        self._inbox.put_marker(STOP, switch)
         self._retired.append(old)
-        try:
-            hand_over_admission(old, chain, _SWAP_TIMEOUT_S)
-        except StreamerError as exc:  # its failure() now stops the daemon
-            _log.error("reload_failed", error=str(exc))
         if retire(old, _SWAP_TIMEOUT_S):
             self._retired.remove(old)
+        try:
+            chain.launch_first_batcher(_START_TIMEOUT_S)
+        except StreamerError as exc:  # its failure() now stops the daemon
+            _log.error("reload_failed", error=str(exc))
 
     def housekeeping(self) -> None:
         """Periodic upkeep from the control loop: forget sources idle past ``source_idle_s``."""

@@ -44,7 +44,8 @@ class AdmissionQueue:
     Args:
         capacity: frames queued at most (markers do not count).
         tracker: per-source seq checks and arrival order.
-        prepare: starts decode+preprocessing of a frame on the worker pool.
+        prepare: starts decode+preprocessing of a frame on the worker pool; called under
+            the queue's lock, so it must not block.
         counts: outcome counters (drops are counted here).
         on_drop: told about every frame dropped here.
         abort: set when the pipeline gives up; a blocked ``offer`` then returns.
@@ -86,8 +87,6 @@ class AdmissionQueue:
         if item.source and item.seq >= 0 and not self._tracker.admit(item):
             self._counts.dropped(Reason.STALE_SEQ)
             return
-        if item.error is None:
-            item.pending = self._prepare(item)
         with self._not_full:
             if policy == "block" and not self._wait_for_room():
                 self._drop(item, Reason.SHUTDOWN)
@@ -96,11 +95,25 @@ class AdmissionQueue:
                 self._supersede(item)
             while self._frames >= self._capacity:
                 self._drop_oldest()
+            # Started under the lock, right before the frame takes its place: a marker queued
+            # with a switch (a reload) cannot come between the two.
+            if item.error is None:
+                item.pending = self._prepare(item)
             self._append(item)
 
-    def put_marker(self, item: Any) -> None:
-        """Queue a marker (end-of-stream, stop, swap) behind everything already queued."""
+    def put_marker(self, item: Any, switch: Callable[[], None] | None = None) -> None:
+        """Queue a marker (end-of-stream, stop) behind everything already queued.
+
+        Args:
+            item: the marker.
+            switch: called under the queue's lock right before the marker is queued, so that
+                every frame queued before the marker was prepared before ``switch`` ran and
+                every frame after it after (a reload switches the chain frames are prepared
+                for).
+        """
         with self._not_empty:
+            if switch is not None:
+                switch()
             self._items.append(item)
             self._not_empty.notify()
 

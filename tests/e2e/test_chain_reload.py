@@ -4,6 +4,7 @@ chain that fails to load leaves the running one serving."""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +82,34 @@ def test_sighup_with_a_chain_that_does_not_fit_keeps_the_running_one(
     (result,) = client.collect(1)
     assert result["model"] == "head" and len(result["detections"]) == 1
     assert daemon.stop() == 0
+
+
+def test_reloads_under_full_load_keep_every_frame_on_its_chain_and_in_order(
+    tmp_path: Path, connect: Any, carphone_frames: list[np.ndarray]
+) -> None:
+    """SIGHUP while frames arrive as fast as the daemon takes them, between chains that
+    prepare frames differently (a letterbox tensor; R-Net's whole-frame item): every frame
+    runs on the chain it was prepared for, once, and results stay in order."""
+    daemon = shipped("default.toml", tmp_path)
+    client: Client = connect(daemon)
+    ports = ports_of(daemon)
+    configs = [shipped_text(n, ports) for n in ("face_classifier.toml", "default.toml")] * 2
+    total, every = 1200, 250
+    for seq in range(total):
+        client.send_parts(encode_frame("cam", seq, carphone_frames[seq % 120], encoding="raw"))
+        done = sum(1 for e in daemon.logs if e.get("event") == "reloaded")
+        if seq % every == every - 1 and done < len(configs):
+            daemon.config_path.write_text(configs[done])
+            daemon.process.send_signal(signal.SIGHUP)
+            daemon.wait_event("reloaded", 60)  # the first is enough to know the daemon is up
+            while sum(1 for e in daemon.logs if e.get("event") == "reloaded") <= done:
+                time.sleep(0.01)
+    results = client.collect(total, timeout_s=120.0)
+    assert [r["seq"] for r in results] == list(range(total))
+    assert all(r["error"] is None for r in results), [r["error"] for r in results if r["error"]]
+    models = [r["model"] for r in results]
+    segments = [m for i, m in enumerate(models) if i == 0 or m != models[i - 1]]
+    assert segments == ["face", "rnet", "face", "rnet", "face"]
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["published"] == final["received"] and final["reorder_gave_up"] == 0
