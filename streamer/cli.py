@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -161,7 +162,7 @@ def bench(
 
 @main.group()
 def models() -> None:
-    """Fetch and list models and sample media."""
+    """Fetch and list models and sample media; AIPP configs and simulator layouts."""
 
 
 @models.command("fetch")
@@ -198,6 +199,45 @@ def models_aipp(config_path: Path, model: str, size: tuple[int, int] | None, as_
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     click.echo(aipp.model_dump_json(indent=2) if as_json else aipp.to_config(), nl=as_json)
+
+
+@models.command("sim-layout")
+@_config_option
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the models, their manifests and the rewritten config.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "queue", "async", "sync"]),
+    help="Execution mode of every stage; queue lays out static batches  "
+    "[default: each stage's own]",
+)
+def models_sim_layout(config_path: Path, out_dir: Path, mode: str | None) -> None:
+    """Lay out the config's models for the ACL simulator as ATC would build them: per stage
+    <name>.onnx and the manifest <name>.acl.json beside <name>.om; write the config,
+    rewritten to run them on backend = "acl-sim", as OUT/<config file name>."""
+    from streamer.config_writer import write_config
+    from streamer.sim_layout import sim_layout
+
+    config = _load(config_path)
+    target = out_dir / config_path.name
+    if target.resolve() == config_path.resolve():
+        click.echo(f"error: --out {out_dir} would overwrite {config_path}", err=True)
+        sys.exit(EXIT_USAGE)
+    try:
+        laid_out = write_config(sim_layout(config, out_dir, mode=mode), target)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    for model in laid_out.models:
+        assert model.path is not None
+        manifest = json.loads(model.path.with_suffix(".acl.json").read_text())
+        click.echo(f"{model.name}: {model.path}, mode {model.mode}, {json.dumps(manifest)}")
+    click.echo(f"wrote {target}; run it: streamer run --config {target}")
 
 
 @models.command("list")

@@ -4,24 +4,20 @@
 ``configs/default.toml``) that changes the work done per frame, and changes only what a
 benchmark needs: one native PULL ingress with ``on_full = "block"`` and one PUB egress on
 free 127.0.0.1 ports, the HTTP server (for ``/metrics``) on another, JSON logs, the batch
-``max_size`` under test, and for ``acl-sim`` the simulator's model layout.
+``max_size`` under test, and for ``acl-sim`` the simulator's model layout
+(:func:`streamer.sim_layout.sim_layout`).
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import onnxruntime as ort
-
-from streamer.bench.toml_text import dumps
-from streamer.config import Config, ModelConfig, load_config
+from streamer.config import Config
 from streamer.errors import ConfigError
-from streamer.vision.aipp import letterbox_aipp
+from streamer.sim_layout import sim_layout
 from streamer.vision.registry import POSTPROCESSORS
 
 __all__ = [
@@ -30,7 +26,6 @@ __all__ = [
     "bench_config",
     "device_side_processing",
     "free_port",
-    "write_config",
 ]
 
 BACKENDS = ("onnxruntime", "acl-sim")
@@ -86,11 +81,11 @@ def bench_config(
         backend: ``onnxruntime`` or ``acl-sim``.
         max_size: ``[models.batch] max_size``.
         ports: where the daemon listens.
-        models_dir: where the ``acl-sim`` layout (``face.om``, ``face.onnx``,
-            ``face.acl.json``) is written.
-        batch_sizes: the batch gears of the ``acl-sim`` model (ATC ``--dynamic_batch_size``).
+        models_dir: where the ``acl-sim`` layout (``<name>.om``, ``<name>.onnx``,
+            ``<name>.acl.json`` per stage) is written.
+        batch_sizes: the batch gears of the ``acl-sim`` models (ATC ``--dynamic_batch_size``).
         device_side: move the first stage's pre- and post-processing off the host
-            (:func:`device_side_processing`).
+            (:func:`device_side_processing`); on ``acl-sim`` its model then gets static AIPP.
 
     Raises:
         ConfigError: ``device_side`` for a stage without a ``letterbox`` preprocess.
@@ -103,13 +98,10 @@ def bench_config(
     model["batch"]["max_size"] = max_size
     if device_side:
         device_side_processing(model, backend)
+    config = Config.model_validate({**data, "source_file": base.source_file})
     if backend == "acl-sim":
-        aipp = _aipp(base, model) if device_side else None
-        data["runtime"].update(backend="acl-sim", options={})
-        om = _acl_sim_layout(base.model_path(base.models[0]), models_dir, batch_sizes, aipp)
-        model.pop("asset", None)
-        model.update(path=str(om), mode="auto")
-    return Config.model_validate(data)
+        return sim_layout(config, models_dir, mode="auto", batch_sizes=batch_sizes)
+    return config
 
 
 def device_side_processing(model: dict[str, Any], backend: str) -> None:
@@ -132,13 +124,6 @@ def device_side_processing(model: dict[str, Any], backend: str) -> None:
         postprocess["nms"] = "operator"
 
 
-def _aipp(base: Config, model: dict[str, Any]) -> dict[str, Any]:
-    """The static AIPP section of the simulator's manifest for the device-side ``model``."""
-    stage = ModelConfig.model_validate(model)
-    config = base.model_copy(update={"models": (stage,)})
-    return letterbox_aipp(config, stage.name).model_dump()
-
-
 def _ingress(ingress: dict[str, Any], ports: Ports) -> dict[str, Any]:
     drop = ("curve_secret_key_file", "curve_clients_dir", "source", "topics")
     kept = {k: v for k, v in ingress.items() if k not in drop}
@@ -149,35 +134,3 @@ def _ingress(ingress: dict[str, Any], ports: Ports) -> dict[str, Any]:
 def _egress(egress: dict[str, Any], ports: Ports) -> dict[str, Any]:
     kept = {k: v for k, v in egress.items() if not k.startswith("curve_")}
     return {**kept, "uri": f"pub+bind:tcp://127.0.0.1:{ports.egress}"}
-
-
-def _acl_sim_layout(
-    onnx_model: Path, folder: Path, batch_sizes: tuple[int, ...], aipp: dict[str, Any] | None
-) -> Path:
-    """Lay out ``onnx_model`` as on an Ascend box: ``face.om`` in the config, with
-    ``face.onnx`` and the ATC manifest ``face.acl.json`` (dynamic batch sizes, and the
-    static ``aipp`` section when given) beside it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(onnx_model, folder / "face.onnx")
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(onnx_model), options, providers=["CPUExecutionProvider"])
-    first = session.get_inputs()[0]
-    shape = [-1, *(d if isinstance(d, int) else -1 for d in first.shape[1:])]
-    manifest: dict[str, Any] = {"input_shape": {first.name: shape}}
-    manifest["dynamic_batch_size"] = sorted(batch_sizes)
-    if aipp is not None:
-        manifest["aipp"] = aipp
-    (folder / "face.acl.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    return folder / "face.om"
-
-
-def write_config(config: Config, path: Path) -> Config:
-    """Write ``config`` as TOML to ``path``, and return it as read back from there.
-
-    Raises:
-        ConfigError: the written file does not load (a bug in the writer).
-    """
-    data = config.model_dump(mode="json", exclude_none=True)
-    path.write_text(dumps(data))
-    return load_config(path)

@@ -107,7 +107,7 @@ class DaemonUnderTest:
     """``streamer run`` on a benchmark config, and a subscriber on its egress.
 
     Args:
-        config_path: the config file (written by :func:`streamer.bench.bench_config.write_config`).
+        config_path: the config file (written by :func:`streamer.config_writer.write_config`).
         ports: the ports in that config.
         max_size: its batch ``max_size``.
         log_path: where the daemon's log lines go once it is stopped.

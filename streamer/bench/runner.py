@@ -19,7 +19,7 @@ from typing import Any
 from tqdm import tqdm
 
 from streamer.bench.assemble import Measurements, assemble, settings
-from streamer.bench.bench_config import Ports, bench_config, write_config
+from streamer.bench.bench_config import Ports, bench_config
 from streamer.bench.components import Components, cpu_cores, measure_components
 from streamer.bench.frameset import FrameSet
 from streamer.bench.harness import PROFILE_FRAMES_FACTOR, DaemonPlan, Harness, Measured
@@ -28,6 +28,7 @@ from streamer.bench.modes import DEVICE_SIDE, daemon_mode
 from streamer.bench.plot import INSTALL_HINT, plot_available, write_plot
 from streamer.bench.report import BenchReport, format_report, write_json
 from streamer.config import Config, load_config
+from streamer.config_writer import write_config
 
 __all__ = [
     "DEFAULT_FRAMES",

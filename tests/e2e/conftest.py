@@ -25,6 +25,9 @@ import pytest
 import zmq
 
 from streamer.clients.subscriber import Subscriber
+from streamer.config import Config, load_config
+from streamer.config_writer import write_config
+from streamer.sim_layout import sim_layout
 from streamer.transport.protocol import encode_frame
 
 READY_TIMEOUT_S = 60.0
@@ -204,14 +207,36 @@ def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[.
         daemon.close()
 
 
-def shipped(name: str, folder: Path, edit: Callable[[str], str] = lambda text: text) -> Daemon:
-    """A daemon on a shipped config, edited, moved to free ports and JSON logs."""
-    ports = free_port(), free_port(), free_port()
-    path = folder / name
-    path.write_text(shipped_text(name, ports, edit))
-    daemon = Daemon(path, *ports)
+Edit = Callable[[str], str]
+"""A change to a config's text."""
+
+
+def shipped(
+    name: str, folder: Path, edit: Edit = lambda text: text, layout: dict[str, Any] | None = None
+) -> Daemon:
+    """A daemon on :func:`shipped_config`, ready."""
+    daemon = Daemon(*shipped_config(name, folder, edit, layout))
     daemon.wait_event("ready")
     return daemon
+
+
+def shipped_config(
+    name: str, folder: Path, edit: Edit = lambda text: text, layout: dict[str, Any] | None = None
+) -> tuple[Path, int, int, int]:
+    """``configs/<name>``, edited, moved to free ports and JSON logs, written to
+    ``folder/<name>``: the file and its ingress, egress and HTTP ports.
+
+    With ``layout`` (keyword arguments of :func:`streamer.sim_layout.sim_layout`, e.g.
+    :func:`sim_settings`) its models are laid out for the simulator in ``folder/models`` and
+    the file runs them on ``acl-sim``; ``edit`` applies before the layout.
+    """
+    ports = free_port(), free_port(), free_port()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(shipped_text(name, ports, edit))
+    if layout is not None:
+        write_config(sim_layout(load_config(path), folder / "models", **layout), path)
+    return (path, *ports)
 
 
 def shipped_text(
@@ -291,25 +316,37 @@ BACKENDS = ("onnxruntime", "acl-sim-queue", "acl-sim-async", "acl-sim-sync")
 backend on its simulator in each execution mode."""
 
 
+def sim_settings(mode: str) -> dict[str, Any]:
+    """:func:`streamer.sim_layout.sim_layout` arguments for the simulator in ``mode``: queue
+    mode needs a static batch, 4; the other modes get batch gears 1, 2, 4, 8."""
+    return {"mode": mode, "batch_sizes": (4,) if mode == "queue" else (1, 2, 4, 8)}
+
+
 def backend_settings(name: str, model: Path, folder: Path) -> dict[str, Any]:
     """``start_daemon`` arguments for one of :data:`BACKENDS`.
 
-    For the simulator the model is laid out as on an Ascend box: ``face.om`` in the config,
-    with ``face.onnx`` and the ATC manifest ``face.acl.json`` beside it (queue mode needs a
-    static batch: 4; the other modes get batch gears 1, 2, 4, 8).
+    For the simulator the model is laid out as on an Ascend box (:func:`sim_settings`) in
+    ``folder/<mode>``: ``face.om`` in the config, with ``face.onnx`` and the ATC manifest
+    ``face.acl.json`` beside it.
     """
     if name == "onnxruntime":
         return {}
     mode = name.removeprefix("acl-sim-")
-    folder = folder / mode
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "face.onnx").write_bytes(model.read_bytes())
-    if mode == "queue":
-        manifest: dict[str, Any] = {"input_shape": {"input": [4, 3, 128, 128]}}
-    else:
-        manifest = {"input_shape": {"input": [-1, 3, 128, 128]}, "dynamic_batch_size": [1, 2, 4, 8]}
-    (folder / "face.acl.json").write_text(json.dumps(manifest))
-    return {"backend": "acl-sim", "mode": mode, "model_path": folder / "face.om", "max_size": 4}
+    face = {"name": "face", "path": str(model), "preprocess": {"kind": "letterbox"}}
+    config = Config.model_validate(
+        {
+            "ingress": [{"uri": "pull+bind:tcp://127.0.0.1:5555"}],
+            "egress": [{"uri": "pub+bind:tcp://127.0.0.1:5556"}],
+            "models": [{**face, "postprocess": {"kind": "blazeface"}}],
+        }
+    )
+    laid_out = sim_layout(config, folder / mode, **sim_settings(mode))
+    return {
+        "backend": "acl-sim",
+        "mode": mode,
+        "model_path": laid_out.models[0].path,
+        "max_size": 4,
+    }
 
 
 @pytest.fixture(params=BACKENDS)

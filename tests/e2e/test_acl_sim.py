@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,8 @@ import pytest
 
 from streamer.clients.producer import produce
 from streamer.transport.protocol import encode_frame
-from streamer.vision.mtcnn.pnet import pnet_gears
 
-from .conftest import BACKENDS, Client, Daemon, backend_settings, free_port
-
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import BACKENDS, Client, Daemon, Edit, backend_settings, shipped_config
 
 
 def carphone_detections(start_daemon: Any, connect: Any, settings: dict[str, Any]) -> list[Any]:
@@ -75,57 +71,24 @@ def test_two_dynamic_kinds_fail_at_start(tmp_path: Path, assets: dict[str, Path]
     assert "mutually exclusive" in result.stdout + result.stderr
 
 
-def mtcnn_on(backend: str, folder: Path, assets: dict[str, Path]) -> tuple[Path, tuple[int, ...]]:
-    """configs/mtcnn.toml on free ports; on ``acl-sim`` the three nets are laid out as ATC
-    builds: P-Net with ``--input_format=NHWC --dynamic_image_size`` = its pyramid gears (batch
-    1), R-Net and O-Net with ``--dynamic_batch_size=1,2,4,8,16``."""
-    ports = free_port(), free_port(), free_port()
-    text = (ROOT / "configs" / "mtcnn.toml").read_text()
-    text = text.replace("127.0.0.1:5555", f"127.0.0.1:{ports[0]}")
-    text = text.replace("127.0.0.1:5556", f"127.0.0.1:{ports[1]}")
-    if backend == "acl-sim":
-        gears = [[g.input_shape[0], g.input_shape[1]] for g in pnet_gears(480, 640)]
-        nets: dict[str, dict[str, Any]] = {
-            "pnet": {
-                "input_shape": {"input_1": [1, -1, -1, 3]},
-                "input_format": "NHWC",
-                "dynamic_image_size": gears,
-            },
-            "rnet": {
-                "input_shape": {"input_2": [-1, 24, 24, 3]},
-                "dynamic_batch_size": [1, 2, 4, 8, 16],
-            },
-            "onet": {
-                "input_shape": {"input_3": [-1, 48, 48, 3]},
-                "dynamic_batch_size": [1, 2, 4, 8, 16],
-            },
-        }
-        for name, manifest in nets.items():
-            (folder / f"{name}.onnx").write_bytes(assets[f"mtcnn_{name}"].read_bytes())
-            (folder / f"{name}.acl.json").write_text(json.dumps(manifest))
-            text = text.replace(f'asset = "mtcnn_{name}"', f'path = "{folder / name}.om"')
-        text = text.replace('backend = "onnxruntime"', 'backend = "acl-sim"')
-        text = text.replace("intra_op_threads = 1", "")
-    header = f'[daemon]\nlog_format = "json"\nhttp_address = "127.0.0.1:{ports[2]}"\n'
-    path = folder / f"mtcnn_{backend}.toml"
-    path.write_text(header + text)
-    return path, ports
+def mtcnn_on(backend: str, folder: Path, edit: Edit = lambda text: text) -> tuple[Path, int, ...]:
+    """configs/mtcnn.toml, edited, on free ports (:func:`shipped_config`); on ``acl-sim`` its
+    nets laid out as ATC builds them (:func:`streamer.sim_layout.sim_layout`): P-Net with
+    ``--input_format=NHWC --dynamic_image_size`` = its pyramid gears (batch 1), R-Net and
+    O-Net with ``--dynamic_batch_size=1,2,4,8,16``."""
+    return shipped_config("mtcnn.toml", folder, edit, {} if backend == "acl-sim" else None)
 
 
 def mtcnn_faces(
     backend: str,
     folder: Path,
-    assets: dict[str, Path],
     connect: Any,
     stills: dict[str, Any],
-    edit: Callable[[str], str] | None = None,
+    edit: Edit = lambda text: text,
 ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
     """The detections of each still image through the MTCNN chain on ``backend`` (its config
     text changed by ``edit`` first), and the daemon's log events."""
-    path, ports = mtcnn_on(backend, folder, assets)
-    if edit is not None:
-        path.write_text(edit(path.read_text()))
-    daemon = Daemon(path, *ports)
+    daemon = Daemon(*mtcnn_on(backend, folder, edit))
     try:
         daemon.wait_event("ready")
         client: Client = connect(daemon)
@@ -153,8 +116,8 @@ def test_mtcnn_with_pnet_resolution_gears_matches_onnxruntime(
     grace = cv2.imread(str(assets["grace_hopper.jpg"]))
     tall = cv2.rotate(carphone_frames[0], cv2.ROTATE_90_CLOCKWISE)
     stills = {"astronaut": astronaut, "grace": grace, "coffee": coffee, "tall": tall}
-    expected, _ = mtcnn_faces("onnxruntime", tmp_path, assets, connect, stills)
-    got, logs = mtcnn_faces("acl-sim", tmp_path, assets, connect, stills)
+    expected, _ = mtcnn_faces("onnxruntime", tmp_path, connect, stills)
+    got, logs = mtcnn_faces("acl-sim", tmp_path, connect, stills)
     loaded = {e["model"]: e for e in logs if e.get("event") == "acl_model_loaded"}
     assert loaded["pnet"]["mode"] == "async" and len(loaded["pnet"]["hw_gears"]) == 10
     assert loaded["pnet"]["hw_gears"][0] == [384, 288], "NHWC, H and W swapped: (W, H)"

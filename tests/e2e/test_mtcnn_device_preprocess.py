@@ -57,35 +57,36 @@ def operators(text: str) -> str:
 
 
 def with_aipp(folder: Path, source: dict[str, int] = SIZES) -> None:
-    """Add MTCNN's static AIPP to the simulator's manifests of the three nets in ``folder``
-    (NHWC inputs, as ATC builds them with ``--input_format=NHWC``)."""
+    """Give the simulator's manifests of the three nets laid out for ``folder`` (in
+    ``folder/models``) MTCNN's static AIPP of ``source`` size, whatever the config says."""
     for net, size in source.items():
-        path = folder / f"{net}.acl.json"
+        path = folder / "models" / f"{net}.acl.json"
         manifest = json.loads(path.read_text())
         aipp = StaticAipp.from_normalization(MTCNN_NORMALIZATION, size, size)
-        path.write_text(json.dumps({**manifest, "input_format": "NHWC", "aipp": aipp.model_dump()}))
+        path.write_text(json.dumps({**manifest, "aipp": aipp.model_dump()}))
 
 
-Config = tuple[Path, tuple[int, ...]]
+Config = tuple[Path, int, int, int]
 """A config file and its ingress, egress and HTTP ports."""
 
 
-def chain_config(backend: str, folder: Path, assets: dict[str, Path], *edits: Edit) -> Config:
-    """configs/mtcnn.toml on ``backend`` (as :func:`mtcnn_on` lays it out), edited."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path, ports = mtcnn_on(backend, folder, assets)
-    text = path.read_text()
-    for edit in edits:
-        text = edit(text)
-    path.write_text(text)
-    return path, ports
+def chain_config(backend: str, folder: Path, *edits: Edit) -> Config:
+    """configs/mtcnn.toml, edited, on ``backend`` (as :func:`mtcnn_on` lays it out: with
+    ``normalize = "device"`` each net's manifest gets its static AIPP)."""
+
+    def edit(text: str) -> str:
+        for each in edits:
+            text = each(text)
+        return text
+
+    return mtcnn_on(backend, folder, edit)
 
 
 def detections(
     config: Config, frames: list[np.ndarray], probe: np.ndarray
 ) -> tuple[list[Any], list[str]]:
     """Each frame's detections from a daemon on ``config``, and the daemon's log events."""
-    daemon = Daemon(config[0], *config[1])
+    daemon = Daemon(*config)
     try:
         daemon.wait_event("ready")
         client = Client(daemon, probe)
@@ -117,16 +118,13 @@ def run(
     place: str | None,
     edits: tuple[Edit, ...],
     folder: Path,
-    assets: dict[str, Path],
     frames: list[np.ndarray],
 ) -> tuple[list[Any], list[str]]:
     """:func:`detections` of the chain on ``backend``, edited, normalising at ``place`` (None:
     on the host); ``device`` gives the nets MTCNN's static AIPP."""
     if place is not None:
         edits = (*edits, device_side(place))
-    config = chain_config(backend, folder, assets, *edits)
-    if place == "device":
-        with_aipp(folder)
+    config = chain_config(backend, folder, *edits)
     return detections(config, frames, frames[-4])
 
 
@@ -141,8 +139,8 @@ def check_reference(host: list[Any]) -> None:
 def test_device_side_preprocessing_matches_host(
     backend: str, place: str, tmp_path: Path, assets: dict[str, Path], frames: list[np.ndarray]
 ) -> None:
-    host, _ = run(backend, None, (), tmp_path / "host", assets, frames)
-    device, _ = run(backend, place, (), tmp_path / "device", assets, frames)
+    host, _ = run(backend, None, (), tmp_path / "host", frames)
+    device, _ = run(backend, place, (), tmp_path / "device", frames)
     check_reference(host)
     assert_same_detections(host, device)
 
@@ -152,8 +150,8 @@ def test_device_side_pre_and_post_processing_match_host(
     backend: str, place: str, tmp_path: Path, assets: dict[str, Path], frames: list[np.ndarray]
 ) -> None:
     """Every NMS an operator too (IoU, so O-Net's on IoU on the host side as well)."""
-    host, _ = run(backend, None, (union,), tmp_path / "host", assets, frames)
-    device, events = run(backend, place, (union, operators), tmp_path / "device", assets, frames)
+    host, _ = run(backend, None, (union,), tmp_path / "host", frames)
+    device, events = run(backend, place, (union, operators), tmp_path / "device", frames)
     assert ("acl_operator_stream_created" in events) is (backend == "acl-sim")
     check_reference(host)
     assert_same_detections(host, device)
@@ -172,24 +170,24 @@ def check(config: Config) -> subprocess.CompletedProcess[str]:
 def test_a_broken_aipp_rule_or_a_normalize_the_model_does_not_take_stops_the_start(
     tmp_path: Path, assets: dict[str, Path]
 ) -> None:
-    onnx = check(chain_config("onnxruntime", tmp_path / "ort", assets, device_side("device")))
+    onnx = check(chain_config("onnxruntime", tmp_path / "ort", device_side("device")))
     assert onnx.returncode == 2, onnx.stdout + onnx.stderr
     assert 'postprocess.normalize: "device" is ACL AIPP' in onnx.stdout + onnx.stderr
     gear = tmp_path / "gear"
-    config = chain_config("acl-sim", gear, assets, device_side("device"))
+    config = chain_config("acl-sim", gear, device_side("device"))
     with_aipp(gear, {**SIZES, "pnet": 384})  # a source size with P-Net's resolution gears
     ruled = check(config)
     assert ruled.returncode == 2, ruled.stdout + ruled.stderr
     rule = "rule 'static AIPP with dynamic resolution: source size 0'"
     assert rule in ruled.stdout + ruled.stderr
     host = tmp_path / "host"
-    config = chain_config("acl-sim", host, assets)
+    config = chain_config("acl-sim", host)
     with_aipp(host)
     refused = check(config)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "normalize: 'host' sends float32 tensors" in refused.stdout + refused.stderr
     graph = tmp_path / "graph"
-    config = chain_config("acl-sim", graph, assets, device_side("model"))
+    config = chain_config("acl-sim", graph, device_side("model"))
     with_aipp(graph)  # AIPP takes the pixels with H and W exchanged; "model" does not
     untransposed = check(config)
     assert untransposed.returncode == 2, untransposed.stdout + untransposed.stderr

@@ -52,7 +52,7 @@ def test_operator_nms_publishes_the_host_detections(
 
 
 def mtcnn(
-    backend: str, operator: bool, folder: Path, assets: dict[str, Path], connect: Any, stills: Any
+    backend: str, operator: bool, folder: Path, connect: Any, stills: Any
 ) -> tuple[dict[str, Any], list[str]]:
     """configs/mtcnn.toml on ``backend`` with O-Net's NMS on IoU, and with every NMS as an
     operator if ``operator``: each still's detections, and the daemon's log events."""
@@ -64,7 +64,7 @@ def mtcnn(
             text = text.replace("nms_threshold = 0.7", 'nms_threshold = 0.7\nnms = "operator"')
         return text
 
-    faces, logs = mtcnn_faces(backend, folder, assets, connect, stills, edit)
+    faces, logs = mtcnn_faces(backend, folder, connect, stills, edit)
     return faces, [e.get("event") for e in logs]
 
 
@@ -79,8 +79,8 @@ def test_mtcnn_chain_with_operator_nms_on_the_simulator(
     """P-Net, R-Net and O-Net's NMS as ACL single operators, on the dequeue threads of the
     three item stages: the faces of the host NMS on onnxruntime."""
     stills = {"astronaut": astronaut, "grace": grace_hopper, "coffee": coffee}
-    expected, _ = mtcnn("onnxruntime", False, tmp_path, assets, connect, stills)
-    got, events = mtcnn("acl-sim", True, tmp_path, assets, connect, stills)
+    expected, _ = mtcnn("onnxruntime", False, tmp_path, connect, stills)
+    got, events = mtcnn("acl-sim", True, tmp_path, connect, stills)
     assert "acl_operator_stream_created" in events
     assert [len(expected[n]) for n in stills] == [1, 1, 0]
     for name in stills:

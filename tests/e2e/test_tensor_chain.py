@@ -3,8 +3,7 @@ publishes, on onnxruntime and on the ACL simulator in each execution mode."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
@@ -17,33 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamer.clients.producer import produce
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon, shipped
+from .conftest import Client, Daemon, shipped, sim_settings
 
 SPLIT = "blazeface_split.toml"
 ONNX_RUNTIME = 'backend = "onnxruntime"\n\n[runtime.options]\nintra_op_threads = 1\n'
-FEATURES = {"activation_11": [88, 16, 16], "activation_16": [96, 8, 8]}
-
-
-def on_acl_sim(mode: str, folder: Path, assets: dict[str, Path]) -> Callable[[str], str]:
-    """An edit of the split config for ``acl-sim`` in ``mode``: the two parts laid out as on an
-    Ascend box (``.om`` paths, ONNX files and ATC manifests beside them; queue mode needs a
-    static batch: 4, the others get batch gears 1, 2, 4, 8)."""
-    batch = 4 if mode == "queue" else -1
-    gears = {} if mode == "queue" else {"dynamic_batch_size": [1, 2, 4, 8]}
-    shapes = {"backbone": {"input": [3, 128, 128]}, "head": FEATURES}
-    for part, inputs in shapes.items():
-        (folder / f"{part}.onnx").write_bytes(assets[f"blazeface_short_range.{part}"].read_bytes())
-        manifest = {"input_shape": {k: [batch, *v] for k, v in inputs.items()}, **gears}
-        (folder / f"{part}.acl.json").write_text(json.dumps(manifest))
-
-    def edit(text: str) -> str:
-        text = text.replace(ONNX_RUNTIME, 'backend = "acl-sim"\n')
-        for part in shapes:
-            asset = f'asset = "blazeface_short_range.{part}"'
-            text = text.replace(asset, f'path = "{folder / part}.om"\nmode = "{mode}"')
-        return text
-
-    return edit
 
 
 def run_frames(daemon: Daemon, stills: dict[str, np.ndarray]) -> dict[tuple[str, int], Any]:
@@ -101,12 +77,9 @@ def test_the_split_model_publishes_what_the_whole_model_does(
     single_model: dict[tuple[str, int], Any],
     backend: str,
 ) -> None:
-    edit = (
-        (lambda text: text)
-        if backend == "onnxruntime"
-        else on_acl_sim(backend.removeprefix("acl-sim-"), tmp_path, assets)
-    )
-    daemon = shipped(SPLIT, tmp_path, edit)
+    acl_sim = backend != "onnxruntime"
+    layout = sim_settings(backend.removeprefix("acl-sim-")) if acl_sim else None
+    daemon = shipped(SPLIT, tmp_path, layout=layout)
     try:
         results = run_frames(daemon, stills)
     finally:
@@ -135,13 +108,12 @@ def test_failed_executions_in_either_stage_fail_only_their_frames(
     """Every third execution fails (of either model): those frames get an error result naming
     the stage, the others their face; the backbone's device memory held by a failed head
     batch comes back (or the chain would stall)."""
-    edit = on_acl_sim("async", tmp_path, assets)
 
     def failing(text: str) -> str:
         sim = 'backend = "acl-sim"\n\n[runtime.options.sim]\nfail_every_n_executes = 3\n'
-        return edit(text).replace('backend = "acl-sim"\n', sim)
+        return text.replace(ONNX_RUNTIME, sim)
 
-    daemon = shipped(SPLIT, tmp_path, failing)
+    daemon = shipped(SPLIT, tmp_path, failing, sim_settings("async"))
     client: Client = connect(daemon)
     produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw")
     results = client.collect(121)[:-1]
@@ -161,14 +133,13 @@ def test_on_two_devices_each_batch_stays_on_the_device_that_holds_its_tensors(
     """The backbone runs on both simulated devices; a head batch fed from device 1's memory
     on device 0 would fail ("in the memory of device 1"), so every frame publishing its face
     shows each batch went to a head replica on its own device."""
-    edit = on_acl_sim("async", tmp_path, assets)
 
     def two_devices(text: str) -> str:
-        return edit(text).replace(
-            'backend = "acl-sim"\n', 'backend = "acl-sim"\ndevices = [0, 1]\n'
+        return text.replace(
+            'backend = "onnxruntime"\n', 'backend = "onnxruntime"\ndevices = [0, 1]\n'
         )
 
-    daemon = shipped(SPLIT, tmp_path, two_devices)
+    daemon = shipped(SPLIT, tmp_path, two_devices, sim_settings("async"))
     client: Client = connect(daemon)
     produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw")
     results = client.collect(121)[:-1]

@@ -4,7 +4,6 @@ at start-up, and the AIPP config ``streamer models aipp`` writes for the stages.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,14 @@ import pytest
 from click.testing import CliRunner
 
 from streamer.cli import main
-from streamer.config import PluginConfig
+from streamer.config import PluginConfig, load_config
 from streamer.errors import ConfigError
 from streamer.runtime.acl.aipp_static import StaticAipp
 from streamer.runtime.acl.sim.image import load_image
 from streamer.runtime.base import ModelSpec
 from streamer.runtime.mtcnn_keys import MTCNN_KINDS, MTCNN_NORMALIZATION
 from streamer.runtime.onnx import open_session, session_model_info
+from streamer.sim_layout import sim_layout
 from streamer.vision.crops import crop
 from streamer.vision.mtcnn import (
     Cascade,
@@ -32,7 +32,6 @@ from streamer.vision.mtcnn import (
     PNetParams,
     RNet,
     RNetParams,
-    pnet_gears,
     to_tensor,
 )
 from streamer.vision.mtcnn.layout import PIXEL_PAD, Normalize, to_input
@@ -116,25 +115,19 @@ def onnx_infer(assets: dict[str, Path], normalize: Normalize) -> Infer:
     return run
 
 
-def simulated_infer(assets: dict[str, Path], folder: Path) -> Infer:
-    """The three nets as the simulator runs ``.om`` files built with MTCNN's static AIPP:
-    P-Net with its pyramid gears as resolution gears (source size 0), R-Net and O-Net with
-    batch gears."""
-    aipp = StaticAipp.from_normalization(MTCNN_NORMALIZATION, 0, 0).model_dump()
-    gears = [list(g.input_shape[:2]) for g in pnet_gears(*CANVAS)]
-    manifests: dict[str, dict[str, Any]] = {
-        "pnet": {"input_shape": {"input_1": [1, -1, -1, 3]}, "dynamic_image_size": gears},
-        "rnet": {"input_shape": {"input_2": [-1, 24, 24, 3]}, "dynamic_batch_size": [1, 32]},
-        "onet": {"input_shape": {"input_3": [-1, 48, 48, 3]}, "dynamic_batch_size": [1, 32]},
-    }
-    for manifest in manifests.values():
-        manifest["input_format"] = "NHWC"
+def simulated_infer(folder: Path) -> Infer:
+    """The three nets as the simulator runs ``.om`` files built with MTCNN's static AIPP, laid
+    out from configs/mtcnn.toml with ``normalize = "device"`` on the test's canvas: P-Net with
+    its pyramid gears as resolution gears (source size 0), R-Net and O-Net with batch gears."""
+    text = (ROOT / "configs" / "mtcnn.toml").read_text()
+    text = text.replace("max_size = [480, 640]", f"max_size = {list(CANVAS)}")
+    (folder / "mtcnn.toml").write_text(text.replace('normalize = "host"', 'normalize = "device"'))
+    config = sim_layout(load_config(folder / "mtcnn.toml"), folder / "models", batch_sizes=(1, 32))
     images = {}
-    for net, manifest in manifests.items():
-        (folder / f"{net}.onnx").write_bytes(assets[f"mtcnn_{net}"].read_bytes())
-        (folder / f"{net}.acl.json").write_text(json.dumps({**manifest, "aipp": aipp}))
-        images[net] = load_image(folder / f"{net}.om")
-        assert images[net].inputs[0].dtype == np.uint8
+    for stage in config.models:
+        assert stage.path is not None
+        images[stage.name] = load_image(stage.path)
+        assert images[stage.name].inputs[0].dtype == np.uint8
 
     def run(stage: str, inputs: np.ndarray) -> Sequence[np.ndarray]:
         return images[stage].run([inputs])
@@ -148,7 +141,7 @@ def test_in_graph_and_aipp_give_the_host_detections(
     runs: dict[Normalize, Infer] = {
         "host": onnx_infer(assets, "host"),
         "model": onnx_infer(assets, "model"),
-        "device": simulated_infer(assets, tmp_path),
+        "device": simulated_infer(tmp_path),
     }
     host, model, device = ([cascade(n).detect(f, run) for f in stills] for n, run in runs.items())
     assert sum(len(d) for d in host) == len(stills) - 2  # one face each; none on coffee, cat

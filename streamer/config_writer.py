@@ -1,4 +1,5 @@
-"""A TOML writer for plain data: enough for a streamer config (tomllib only reads).
+"""A config written back to a TOML file (tomllib only reads): :func:`write_config`, over a
+TOML writer for plain data, :func:`dumps`, that is enough for a streamer config.
 
 Tables and arrays of tables are written as sections, scalars and arrays of scalars inline;
 ``None`` values must be left out by the caller (TOML has no null).
@@ -9,11 +10,26 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["dumps"]
+from streamer.config import Config, load_config
+
+__all__ = ["dumps", "write_config"]
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def write_config(config: Config, path: Path) -> Config:
+    """Write ``config`` as TOML to ``path`` (settings at their defaults left out), and return
+    it as read back from there.
+
+    Raises:
+        ConfigError: the written file does not load (a bug in the writer).
+    """
+    data = config.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    path.write_text(dumps(data), encoding="utf-8")
+    return load_config(path)
 
 
 def dumps(data: Mapping[str, Any]) -> str:
