@@ -13,7 +13,13 @@ from __future__ import annotations
 import click
 from tqdm import tqdm
 
-from streamer.clients import DEFAULT_PRODUCER_ENDPOINT, MediaInput, open_input, produce
+from streamer.clients import (
+    DEFAULT_CLOSE_TIMEOUT_S,
+    DEFAULT_PRODUCER_ENDPOINT,
+    MediaInput,
+    open_input,
+    produce,
+)
 from streamer.errors import StreamerError
 from streamer.transport.protocol import ENCODINGS
 
@@ -54,6 +60,15 @@ from streamer.transport.protocol import ENCODINGS
     show_default=True,
     help="Seconds to wait for the daemon to take a frame before giving up.",
 )
+@click.option(
+    "--close-timeout",
+    "close_timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_CLOSE_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait after the last frame for the queued frames and the end-of-stream "
+    "to leave; frames still queued then are discarded and the exit code is 1.",
+)
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 def main(
     input_spec: str,
@@ -65,6 +80,7 @@ def main(
     encoding: str,
     quality: int,
     send_timeout_s: float,
+    close_timeout_s: float,
     no_progress: bool,
 ) -> None:
     """Send the frames of INPUT (a video, an image folder, an image, a fetched media name
@@ -84,6 +100,7 @@ def main(
                 encoding=encoding,
                 quality=quality,
                 send_timeout_s=send_timeout_s,
+                close_timeout_s=close_timeout_s,
                 on_sent=lambda _size: bar.update(),
             )
     except StreamerError as exc:

@@ -6,6 +6,7 @@ onto the video they came from. ``tools/produce.py`` and ``tools/subscribe.py`` a
 """
 
 from streamer.clients.producer import (
+    DEFAULT_CLOSE_TIMEOUT_S,
     DEFAULT_PRODUCER_ENDPOINT,
     IMAGE_SUFFIXES,
     ClientError,
@@ -26,6 +27,7 @@ from streamer.clients.subscriber import (
 )
 
 __all__ = [
+    "DEFAULT_CLOSE_TIMEOUT_S",
     "DEFAULT_PRODUCER_ENDPOINT",
     "DEFAULT_SUBSCRIBER_ENDPOINT",
     "IMAGE_SUFFIXES",

@@ -6,11 +6,16 @@ end-of-stream message follows the last frame::
 
     from streamer.clients import produce
     stats = produce("carphone.mp4", "tcp://127.0.0.1:5555", fps=30)
+
+Closing waits, at most ``close_timeout_s``, for every queued message to leave
+(:class:`~streamer.clients.outbox.Outbox`), then terminates the producer's own ZMQ context,
+so no libzmq thread reads a frame's buffer once :meth:`Producer.close` returned.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,11 +28,13 @@ import numpy as np
 import zmq
 
 from streamer.assets import media_path
+from streamer.clients.outbox import Outbox
 from streamer.errors import ClientError
 from streamer.lifecycle import Closing
 from streamer.transport.protocol import ENCODINGS, encode_eos, encode_frame
 
 __all__ = [
+    "DEFAULT_CLOSE_TIMEOUT_S",
     "DEFAULT_PRODUCER_ENDPOINT",
     "IMAGE_SUFFIXES",
     "ClientError",
@@ -40,6 +47,8 @@ __all__ = [
 ]
 
 DEFAULT_PRODUCER_ENDPOINT = "tcp://127.0.0.1:5555"
+DEFAULT_CLOSE_TIMEOUT_S = 10.0
+"""Longest wait at close for the queued frames and the end-of-stream to leave (s)."""
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 
@@ -171,9 +180,10 @@ class ProducerStats:
 class Producer(Closing):
     """Sends the frames of one source on a PUSH socket connected to a daemon's ingress.
 
-    The socket sets ``IMMEDIATE`` (frames queue only on a completed connection), ``SNDHWM``,
-    ``SNDTIMEO`` and ``LINGER``, so a send with no daemon listening fails after
-    ``send_timeout_s`` instead of hanging, and :meth:`close` waits at most ``linger_s``.
+    The socket sets ``IMMEDIATE`` (frames queue only on a completed connection), ``SNDHWM``
+    and ``SNDTIMEO``, so a send with no daemon listening fails after ``send_timeout_s``
+    instead of hanging. :meth:`close` waits at most ``close_timeout_s`` for the queued
+    messages to leave and reports how many it gave up on (:attr:`undelivered`).
 
     Not thread-safe: create and use it from one thread (it owns a ZMQ socket).
 
@@ -183,12 +193,15 @@ class Producer(Closing):
         encoding: ``jpeg``, ``png`` or ``raw`` (the BGR array, sent without a copy).
         quality: JPEG quality, 0-100.
         send_timeout_s: longest wait for the daemon to take one message (s).
-        linger_s: longest wait at :meth:`close` for queued messages to go out (s).
+        close_timeout_s: longest wait at :meth:`close` for queued messages to leave (s).
         sndhwm: messages queued before a send blocks.
-        context: the ZMQ context; default ``zmq.Context.instance()``.
+        context: the ZMQ context; default: one of the producer's own, terminated by
+            :meth:`close`. A caller's context stays open: terminate it before the
+            interpreter exits (libzmq's threads may still be sending a closed socket's
+            last bytes until then).
 
     Raises:
-        ValueError: an unknown encoding or a quality outside 0-100.
+        ValueError: an unknown encoding, a quality outside 0-100 or a close timeout <= 0.
         ClientError: the endpoint is invalid.
     """
 
@@ -200,7 +213,7 @@ class Producer(Closing):
         encoding: str = "jpeg",
         quality: int = 90,
         send_timeout_s: float = 5.0,
-        linger_s: float = 1.0,
+        close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         sndhwm: int = 32,
         context: zmq.Context[Any] | None = None,
     ) -> None:
@@ -208,18 +221,33 @@ class Producer(Closing):
             raise ValueError(f"encoding must be one of {list(ENCODINGS)}, got {encoding!r}")
         if not 0 <= quality <= 100:
             raise ValueError(f"quality must be in 0-100, got {quality}")
+        if close_timeout_s <= 0:
+            raise ValueError(f"close_timeout_s must be > 0, got {close_timeout_s}")
         self.endpoint, self.source, self.encoding = endpoint, source, encoding
-        self.send_timeout_s, self._quality = send_timeout_s, quality
+        self.send_timeout_s, self.close_timeout_s = send_timeout_s, close_timeout_s
+        self._quality = quality
         self._seq = self._bytes = 0
         self._first_ns = self._last_ns = 0
-        self._socket = _push_socket(context or zmq.Context.instance(), endpoint, sndhwm)
+        self._outbox = Outbox()
+        self._closed, self._undelivered = False, 0
+        self._own_context = context is None
+        self._context: zmq.Context[Any] = zmq.Context() if context is None else context
+        try:
+            self._socket = _push_socket(self._context, endpoint, sndhwm)
+        except ClientError:
+            self._end_context()
+            raise
         self._socket.setsockopt(zmq.SNDTIMEO, round(send_timeout_s * 1000))
-        self._socket.setsockopt(zmq.LINGER, round(linger_s * 1000))
 
     @property
     def stats(self) -> ProducerStats:
         """Frames, bytes and seconds sent so far."""
         return ProducerStats(self._seq, self._bytes, (self._last_ns - self._first_ns) / 1e9)
+
+    @property
+    def undelivered(self) -> int:
+        """Messages (frames or end-of-stream) :meth:`close` gave up on; 0 before it ran."""
+        return self._undelivered
 
     def send(
         self, image: np.ndarray, *, ts: float | None = None, meta: dict[str, Any] | None = None
@@ -227,7 +255,9 @@ class Producer(Closing):
         """Encode ``image`` and send it as the next frame of the source.
 
         Args:
-            image: BGR uint8 of shape (height, width, 3).
+            image: BGR uint8 of shape (height, width, 3); with ``raw`` encoding a
+                C-contiguous array is sent without a copy, so do not modify it until
+                :meth:`close` returned.
             ts: capture time (Unix s); default now.
             meta: a JSON object the daemon echoes back in the result.
 
@@ -257,16 +287,43 @@ class Producer(Closing):
         """
         self._send(encode_eos(self.source, max(self._seq - 1, 0)))
 
-    def close(self) -> None:
-        """Close the socket, waiting at most ``linger_s`` for queued messages; idempotent."""
-        self._socket.close()
+    def close(self) -> int:
+        """Wait at most ``close_timeout_s`` for every queued message to leave, then close the
+        socket (and terminate the producer's own context); idempotent.
 
+        The socket closes with the time left as its ``LINGER``, so the last bytes still get
+        written out; when the wait ran out, it closes with no ``LINGER`` and the messages
+        left are discarded and counted. An own context's termination that lasts until the
+        deadline means the last bytes did not leave either: one more message is counted.
+
+        Returns:
+            :attr:`undelivered`: the messages given up on (0 when every one left).
+        """
+        if self._closed:
+            return self._undelivered
+        self._closed = True
+        deadline_s = time.monotonic() + self.close_timeout_s
+        self._undelivered = len(self._outbox)  # if the wait is interrupted (Ctrl-C)
+        try:
+            self._undelivered = self._outbox.wait(deadline_s)
+        finally:
+            left_s = 0.0 if self._undelivered else deadline_s - time.monotonic()
+            self._socket.close(linger=max(0, math.ceil(left_s * 1000)))
+            self._end_context()
+        if not self._undelivered and self._own_context and time.monotonic() >= deadline_s:
+            self._undelivered = 1
+        return self._undelivered
+
+    def _end_context(self) -> None:
+        """Terminate the producer's own context: returns once libzmq's threads have ended."""
+        if self._own_context:
+            self._context.term()
 
     def _send(self, parts: Sequence[bytes | memoryview]) -> None:
         if not self._first_ns:
             self._first_ns = time.monotonic_ns()
         try:
-            self._socket.send_multipart(parts, copy=False)
+            self._outbox.send(self._socket, parts)
         except zmq.Again:
             raise ClientError(
                 f"no daemon took a message on {self.endpoint} within {self.send_timeout_s} s;"
@@ -342,6 +399,7 @@ def produce(
     quality: int = 90,
     meta: dict[str, Any] | None = None,
     send_timeout_s: float = 5.0,
+    close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
     on_sent: Callable[[int], None] | None = None,
     context: zmq.Context[Any] | None = None,
 ) -> ProducerStats:
@@ -356,7 +414,8 @@ def produce(
         fps: frames per second (paced by :class:`Pacer`); None or 0 sends as fast as possible.
         limit: stop after this many frames; None for no limit.
         loop: passes over the input, 0 for endless (a single image is sent ``loop`` times).
-        encoding, quality, send_timeout_s, context: as for :class:`Producer`.
+        encoding, quality, send_timeout_s, close_timeout_s, context: as for
+            :class:`Producer`.
         meta: a JSON object sent with every frame and echoed back in its result.
         on_sent: called after each frame with its message size (bytes), e.g. to move a
             progress bar.
@@ -366,8 +425,10 @@ def produce(
 
     Raises:
         AssetError: ``media`` names no existing path and no fetched media.
-        ClientError: the input cannot be read, or no daemon took a message in time.
-        ValueError: a bad encoding, quality, fps, limit or loop.
+        ClientError: the input cannot be read, no daemon took a message in time, or
+            frames or the end-of-stream were still queued ``close_timeout_s`` after the last
+            send (they were discarded; the message says how many).
+        ValueError: a bad encoding, quality, fps, limit, loop or close timeout.
     """
     if loop < 0 or (limit is not None and limit < 0):
         raise ValueError(f"loop and limit must be >= 0, got loop={loop}, limit={limit}")
@@ -379,6 +440,7 @@ def produce(
         encoding=encoding,
         quality=quality,
         send_timeout_s=send_timeout_s,
+        close_timeout_s=close_timeout_s,
         context=context,
     ) as producer:
         try:
@@ -391,6 +453,13 @@ def produce(
             producer.send_eos()
             raise
         producer.send_eos()
+    if producer.undelivered:
+        raise ClientError(
+            f"{producer.undelivered} message(s) (the last frames or the end-of-stream) were still "
+            f"queued for {endpoint} {close_timeout_s} s after the last send and were discarded: "
+            "the daemon takes frames slower than they were sent; allow a longer close timeout "
+            "or send at a lower fps"
+        )
     return producer.stats
 
 

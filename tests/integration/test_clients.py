@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from streamer.transport.protocol import Header, parse_header
 
 Context = zmq.Context[Any]
 Socket = zmq.Socket[Any]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _threads() -> set[threading.Thread]:
@@ -74,8 +77,9 @@ def _bind(context: Context, kind: int, opened: list[Socket]) -> tuple[Socket, st
 # --- producer ----------------------------------------------------------------------------
 
 
-def _drain(pull: Socket) -> list[tuple[Header, list[bytes]]]:
-    """Every message up to and including end-of-stream, as (parsed header, raw parts)."""
+def _drain(pull: Socket, pause_s: float = 0.0) -> list[tuple[Header, list[bytes]]]:
+    """Every message up to and including end-of-stream, as (parsed header, raw parts);
+    ``pause_s`` after each message makes a slow receiver."""
     messages = []
     while pull.poll(5000):
         parts = pull.recv_multipart()
@@ -83,6 +87,7 @@ def _drain(pull: Socket) -> list[tuple[Header, list[bytes]]]:
         messages.append((header, parts))
         if header.eos:
             return messages
+        time.sleep(pause_s)
     pytest.fail("no end-of-stream within 5 s")
 
 
@@ -160,6 +165,54 @@ def test_producer_without_a_daemon_fails_clearly(context: Context, sockets: list
     with pytest.raises(ClientError, match="no daemon took a message"):
         produce("astronaut.png", endpoint, send_timeout_s=0.2, context=context)
     assert time.monotonic() - started < 3
+
+
+SLOW_FRAMES = 10
+
+
+def _slow_pull(context: Context, opened: list[Socket]) -> tuple[Socket, str]:
+    """A bound PULL socket that holds one message and a 64 KiB TCP window, so what it does
+    not read stays queued on the sender's side; and its endpoint."""
+    pull = context.socket(zmq.PULL)
+    opened.append(pull)
+    pull.setsockopt(zmq.RCVHWM, 1)
+    pull.setsockopt(zmq.RCVBUF, 64 * 1024)
+    pull.bind("tcp://127.0.0.1:*")
+    return pull, pull.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def test_produce_tool_delivers_every_queued_frame_to_a_slow_receiver(
+    context: Context, sockets: list[Socket], assets: dict[str, Path]
+) -> None:
+    """``tools/produce.py`` queues 10 raw 512x512 frames (7.9 MB) at once and closes; the
+    receiver holds one message and takes one every 0.15 s, so most frames are still queued
+    at close (a 1 s LINGER used to discard them and the end-of-stream, and libzmq could
+    still be reading a frame as the interpreter exited). Each run delivers every frame and
+    the end-of-stream, and the process exits 0."""
+    pull, endpoint = _slow_pull(context, sockets)
+    for run in range(3):
+        command = [sys.executable, str(ROOT / "tools" / "produce.py"), "astronaut.png"]
+        command += ["--encoding", "raw", "--loop", str(SLOW_FRAMES), "--endpoint", endpoint]
+        command += ["--source", f"run{run}", "--no-progress"]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as tool:
+            assert pull.poll(60_000), "the tool sent nothing"  # its start-up, on a busy machine
+            messages = _drain(pull, pause_s=0.15)
+            out, err = tool.communicate(timeout=60)
+        assert tool.returncode == 0, err.decode()[-2000:]
+        assert [h.seq for h, _ in messages] == [*range(SLOW_FRAMES), SLOW_FRAMES - 1]
+        assert messages[-1][0].eos and {h.source for h, _ in messages} == {f"run{run}"}
+        assert f"sent {SLOW_FRAMES} frames".encode() in out
+
+
+def test_producer_reports_the_frames_it_gave_up_on(context: Context, sockets: list[Socket]) -> None:
+    """A receiver that takes nothing: close waits ``close_timeout_s``, then discards the
+    frames and the end-of-stream still queued, and the error says how many they were."""
+    _, endpoint = _slow_pull(context, sockets)
+    with pytest.raises(ClientError, match=r"message\(s\) .* were discarded") as info:
+        produce(
+            "astronaut.png", endpoint, loop=20, encoding="raw", close_timeout_s=0.3, context=context
+        )
+    assert 0 < int(str(info.value).split()[0]) <= 21
 
 
 def test_open_input_resolves_every_kind(tmp_path: Path, assets: dict[str, Path]) -> None:
