@@ -12,6 +12,13 @@ Rules for the ``seq`` of a frame against the last accepted ``seq`` of its source
 - otherwise (a duplicate or a late frame): dropped with reason ``stale_seq``, since it could
   only be published out of order.
 
+A frame whose header was refused (``bad_header``) carries a ``seq`` nobody vouches for (any
+number, up to ``2**53`` and beyond): it takes the next place in its source's order, so its
+error result is published in turn, but it moves the source's state only when its ``seq`` is
+the next one expected (``last + 1``). Any other refused ``seq`` (a jump, a repeat, a 0)
+neither opens a stream nor restarts one, counts no gap and is never stale, so the frames
+after it are judged against the last trusted ``seq``.
+
 A source unseen for ``idle_evict_s`` is forgotten (its next frame starts a new epoch), and so
 is a source whose end-of-stream was received.
 """
@@ -25,6 +32,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from streamer.errors import Reason
 from streamer.frames import EndOfStream, Frame
 
 __all__ = ["SourceStats", "SourceTracker"]
@@ -67,11 +75,20 @@ class SourceTracker:
     def admit(self, frame: Frame) -> bool:
         """Check ``frame.seq``, and set ``frame.epoch`` and ``frame.order`` if accepted.
 
+        A frame whose header was refused gets its place but moves nothing unless its ``seq``
+        is the next one expected (see the module docstring); ``order`` stays -1 when its
+        source has no stream.
+
         Returns:
             False when the frame is stale (the caller drops it as ``stale_seq``).
         """
         with self._lock:
             stream = self._streams.get(frame.source)
+            if _refused(frame) and (stream is None or frame.seq != stream.last_seq + 1):
+                if stream is not None:
+                    frame.epoch, frame.order = stream.epoch, stream.next_order
+                    stream.next_order += 1
+                return True
             if stream is None or (frame.seq == 0 and stream.last_seq >= 0):
                 if stream is not None:
                     self._restarts += 1
@@ -118,3 +135,8 @@ class SourceTracker:
         stream = _Stream(next(self._epochs), -1, 0, now_ns)
         self._streams[source] = stream
         return stream
+
+
+def _refused(frame: Frame) -> bool:
+    """Whether the frame's header was refused, so that its ``seq`` is not to be trusted."""
+    return frame.error is not None and frame.error.reason == Reason.BAD_HEADER

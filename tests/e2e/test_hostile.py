@@ -137,6 +137,26 @@ def test_hostile_inputs_fail_alone(start_daemon: Any, connect: Any, astronaut: n
     assert final["failed_by_reason"] == {"decode_failed": 5, "too_large": 3, "bad_header": 3}
 
 
+def test_a_refused_seq_does_not_block_its_source(
+    start_daemon: Any, connect: Any, astronaut: np.ndarray
+) -> None:
+    """A ``seq`` of 2**53 (past the largest, 2**53 - 1) fails ``bad_header``; the frames after
+    it follow the last valid ``seq`` and are published in order, and no gap is counted."""
+    daemon = start_daemon()
+    client: Client = connect(daemon)
+    jpeg = cv2.imencode(".jpg", cv2.resize(astronaut, (128, 128)))[1].tobytes()
+    seqs = [0, 1, 2**53, 2, 3, 4]
+    for seq in seqs:
+        client.send_parts(encode_frame("cam", seq, jpeg, encoding="jpeg"))
+    results = client.collect(len(seqs), timeout_s=30)
+    assert [r["seq"] for r in results] == seqs
+    reasons = [(r["error"] or {}).get("reason") for r in results]
+    assert reasons == [None, None, "bad_header", None, None, None]
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert (final["seq_gaps"], final["stale_frames"], final["dropped"]) == (0, 0, 0)
+
+
 def _check_big_raw_array(daemon: Daemon, client: Client, good: bytes, seq: int) -> None:
     """The 8000x8000x3 array (192 MB) fits this daemon's 256 MiB ``max_message_bytes`` and is
     refused by the default pixel limit (40 M) before any decoding: one ``too_large`` result,

@@ -1,5 +1,6 @@
 import time
 
+from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
 from streamer.scheduling.sources import SourceTracker
 
@@ -52,3 +53,30 @@ def test_idle_sources_are_evicted() -> None:
     tracker.admit(frame("new", 0, at_ns=2_000_000_000))
     assert tracker.evict_idle(now_ns=2_500_000_000) == ["old"]
     assert tracker.stats().active_sources == 1
+
+
+def refused(source: str, seq: int) -> Frame:
+    """A frame whose header was refused, named by the source and seq it claimed."""
+    bad = frame(source, seq)
+    bad.fail(FrameError(Reason.BAD_HEADER, "`seq` must be an integer in 0..2**53 - 1"))
+    return bad
+
+
+def test_a_refused_header_takes_its_place_but_moves_no_sequence_state() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    frames = [frame("a", 0), frame("a", 1), refused("a", 2**53), refused("a", 0)]
+    frames += [refused("a", 1), frame("a", 2), refused("a", 3), frame("a", 4)]
+    assert all(tracker.admit(f) for f in frames)
+    assert [f.order for f in frames] == list(range(8))
+    assert len({f.epoch for f in frames}) == 1
+    stats = tracker.stats()
+    assert (stats.seq_gaps, stats.stale, stats.restarts) == (0, 0, 0)
+
+
+def test_a_refused_header_opens_no_stream() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    first = refused("a", 2**53)
+    assert tracker.admit(first) and first.order == -1
+    assert tracker.stats().active_sources == 0
+    after = frame("a", 5)
+    assert tracker.admit(after) and after.order == 0 and tracker.stats().seq_gaps == 0
