@@ -8,6 +8,7 @@ Pre- and post-processor parameters are free-form tables here; the plug-in regist
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from pydantic import (
     Field,
     FilePath,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -146,6 +148,15 @@ class IngressConfig(_Strict):
         None, description="CURVE: public keys (*.key) of the clients allowed to connect"
     )
 
+    @field_validator("topics")
+    @classmethod
+    def _topics_on_sub(cls, topics: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        uri = info.data.get("uri", ())
+        uris = (uri,) if isinstance(uri, str) else uri
+        if topics and not all(u.startswith("sub+") for u in uris):
+            raise ValueError(f"`topics` applies to a `sub` ingress only; this one is {uri!r}")
+        return topics
+
     @model_validator(mode="after")
     def _consistent(self) -> IngressConfig:
         if (self.curve_secret_key_file is None) != (self.curve_clients_dir is None):
@@ -181,8 +192,21 @@ class RuntimeConfig(_Strict):
     """``[runtime]``: the inference backend."""
 
     backend: Literal["onnxruntime", "acl", "acl-sim"] = "onnxruntime"
-    devices: tuple[int, ...] = (0,)
+    devices: tuple[int, ...] = Field(
+        (0,), description="device ids (ACL devices, CUDA devices, CPU replicas); one at least"
+    )
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, devices: tuple[int, ...]) -> tuple[int, ...]:
+        if not devices:
+            raise ValueError("list one device id at least, e.g. [0]")
+        if any(d < 0 for d in devices):
+            raise ValueError(f"device ids are >= 0, got {list(devices)}")
+        if len(set(devices)) != len(devices):
+            raise ValueError(f"device ids must be distinct, got {list(devices)}")
+        return devices
 
 
 class BatchConfig(_Strict):
@@ -217,6 +241,9 @@ class PluginConfig(BaseModel):
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
 
+
+_STAGE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+"""What a model (stage) name may be: ``input = "<stage>:<adapter>"`` cuts at the first ``:``."""
 
 Adapter = Literal["crops", "tensor"]
 """How a stage reads an upstream stage: ``crops`` of its detections, or its outputs as tensors."""
@@ -258,17 +285,22 @@ class StageInput:
         if text == "frame":
             return cls()
         upstream, _, rest = text.partition(":")
-        adapter, _, mapping = rest.partition(":")
+        adapter, has_map, mapping = rest.partition(":")
         if not upstream or adapter not in ("crops", "tensor"):
             raise ValueError(
                 f'{text!r}: expected "frame", "<stage>:crops", "<stage>:tensor" or '
                 '"<stage>:tensor:<output>[=<input>],..."'
             )
         if adapter == "crops":
-            if mapping:
+            if has_map:
                 raise ValueError(f"{text!r}: the crops adapter takes no tensor map")
             return cls(upstream, "crops")
-        return cls(upstream, "tensor", _tensor_map(text, mapping) if mapping else ())
+        if has_map and not mapping.strip():
+            raise ValueError(
+                f'{text!r}: the tensor map after "tensor:" is empty; write "{upstream}:tensor" '
+                "or list <output>[=<input>],..."
+            )
+        return cls(upstream, "tensor", _tensor_map(text, mapping) if has_map else ())
 
 
 def _tensor_map(text: str, mapping: str) -> tuple[tuple[str, str | None], ...]:
@@ -310,6 +342,16 @@ class ModelConfig(_Strict):
         None, description="required unless the stage feeds a `:tensor` stage"
     )
 
+    @field_validator("name")
+    @classmethod
+    def _name_syntax(cls, name: str) -> str:
+        if not _STAGE_NAME.fullmatch(name):
+            raise ValueError(
+                f"{name!r}: a model name is letters, digits, `_`, `-` and `.` (at least one; "
+                'no ":", which ends the stage name in input = "<stage>:<adapter>")'
+            )
+        return name
+
     @field_validator("input")
     @classmethod
     def _input_syntax(cls, text: str) -> str:
@@ -338,13 +380,28 @@ class Config(_Strict):
     models: tuple[ModelConfig, ...] = Field(min_length=1)
     source_file: Path | None = Field(None, exclude=True)
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> Config:
-        names = [m.name for m in self.models]
+    @field_validator("ingress", "egress")
+    @classmethod
+    def _unique_socket_names(
+        cls, tables: tuple[IngressConfig | EgressConfig, ...], info: ValidationInfo
+    ) -> tuple[IngressConfig | EgressConfig, ...]:
+        names = [table.name for table in tables]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(
+                f"[[{info.field_name}]] names must be unique; {twice} named more than one "
+                f"(`name` defaults to {info.field_name!r})"
+            )
+        return tables
+
+    @field_validator("models")
+    @classmethod
+    def _one_chain(cls, models: tuple[ModelConfig, ...]) -> tuple[ModelConfig, ...]:
+        names = [m.name for m in models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
-        chain_order(self.models)
-        return self
+        chain_order(models)
+        return models
 
     def chain(self) -> list[ModelConfig]:
         """The model stages in chain order (``frame`` first)."""
@@ -366,14 +423,14 @@ def chain_order(models: tuple[ModelConfig, ...]) -> list[ModelConfig]:
     """Order the stages by their ``input``: one reads ``frame``, each other an upstream stage
     through an adapter (:class:`StageInput`).
 
+    Every stage but the ``frame`` one reads one known upstream and feeds at most one stage,
+    so without a cycle the stages form one chain from the ``frame`` stage.
+
     Raises:
-        ValueError: no or several ``frame`` stages, an unknown stage, two stages on one
-            upstream, a cycle (stages left unreachable), or plug-in tables that do not fit
-            the adapters (see :func:`_check_tables`).
+        ValueError: an unknown stage, two stages on one upstream, a cycle (named in flow
+            order), several ``frame`` stages, or plug-in tables that do not fit the adapters
+            (see :func:`_check_tables`).
     """
-    roots = [m for m in models if m.source.upstream is None]
-    if len(roots) != 1:
-        raise ValueError(f'exactly one model needs input = "frame", got {len(roots)}')
     downstream: dict[str, ModelConfig] = {}
     names = {m.name for m in models}
     for model in models:
@@ -385,15 +442,37 @@ def chain_order(models: tuple[ModelConfig, ...]) -> list[ModelConfig]:
         if upstream in downstream:
             raise ValueError(f"stage {upstream!r} feeds two stages; one downstream stage each")
         downstream[upstream] = model
+    cycle = _cycle(models)
+    if cycle:
+        loop = " -> ".join(repr(name) for name in [*cycle, cycle[0]])
+        raise ValueError(
+            f"stages {sorted(cycle)} form a cycle ({loop}, each feeding the next); a chain "
+            'starts at the one stage with input = "frame"'
+        )
+    roots = [m for m in models if m.source.upstream is None]
+    if len(roots) != 1:
+        raise ValueError(f'exactly one model needs input = "frame", got {len(roots)}')
     chain = [roots[0]]
-    while chain[-1].name in downstream and len(chain) <= len(models):
+    while chain[-1].name in downstream:
         chain.append(downstream[chain[-1].name])
-    if len(chain) != len(models):
-        cut = sorted(names - {m.name for m in chain})
-        raise ValueError(f"stages {cut} are not reachable from the frame (a cycle?)")
     for model, feeds in zip(chain, [*chain[1:], None], strict=True):
         _check_tables(model, feeds)
     return chain
+
+
+def _cycle(models: tuple[ModelConfig, ...]) -> list[str]:
+    """The names of a cycle of stages, in flow order (each feeds the next and the last the
+    first); empty when there is none. Every upstream named must be a stage."""
+    upstream_of = {m.name: m.source.upstream for m in models}
+    for start in upstream_of:
+        path: list[str] = []
+        name: str | None = start
+        while name is not None and name not in path:
+            path.append(name)
+            name = upstream_of[name]
+        if name is not None:
+            return path[path.index(name) :][::-1]
+    return []
 
 
 def _check_tables(model: ModelConfig, feeds: ModelConfig | None) -> None:
@@ -444,10 +523,19 @@ def cache_dir() -> Path:
 
 
 def _format_errors(path: Path, exc: ValidationError) -> str:
+    """One line per error, naming its key.
+
+    A table list's ``too_short`` error is left out when an error under the same key is
+    reported: pydantic adds one (``models: Tuple should have at least 1 item after
+    validation, not 0``) whenever the list's only tables fail, and it only misleads.
+    """
+    errors = [(".".join(str(p) for p in err["loc"]), err) for err in exc.errors()]
+    keys = [key for key, _ in errors]
     lines = [f"{path}: invalid configuration"]
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {key}: {err['msg']}")
+    for key, err in errors:
+        if err["type"] == "too_short" and any(k.startswith(f"{key}.") for k in keys):
+            continue
+        lines.append(f"  {key or '(top level)'}: {err['msg']}")
     return "\n".join(lines)
 
 

@@ -30,6 +30,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
+from streamer.errors import StreamerError
 from streamer.lifecycle import Status, Worker
 
 __all__ = ["LOOP_STALE_S", "HealthServer", "HealthState"]
@@ -167,7 +168,7 @@ class HealthServer(Worker):
     """The HTTP thread serving ``/healthz``, ``/readyz`` and ``/metrics``.
 
     Start it with :meth:`~streamer.lifecycle.Worker.launch`, which binds the address (a
-    ``StreamerError`` when it is in use), and end it with :meth:`stop`.
+    ``StreamerError`` naming ``host:port`` when it is in use), and end it with :meth:`stop`.
 
     Args:
         host: address to bind, e.g. ``127.0.0.1`` or ``::1``.
@@ -190,7 +191,13 @@ class HealthServer(Worker):
 
     def setup(self) -> None:
         server_class = _Server6 if ":" in self._host else _Server
-        self._server = server_class((self._host, self.port), self._handler)
+        try:
+            self._server = server_class((self._host, self.port), self._handler)
+        except OSError as exc:
+            address = f"[{self._host}]" if ":" in self._host else self._host
+            raise StreamerError(
+                f"cannot serve HTTP on {address}:{self.port} (daemon.http_address): {exc}"
+            ) from exc
         self.port = self._server.server_address[1]
         _log.info("http_ready", host=self._host, port=self.port)
 

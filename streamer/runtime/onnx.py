@@ -4,8 +4,10 @@ Each loaded model runs ``InferenceSession.run`` on one worker thread behind the 
 contract of :mod:`streamer.runtime.base`: ``enqueue`` hands a batch to the worker, ``dequeue``
 returns finished batches in FIFO order, and at most ``max_in_flight`` batches are outstanding.
 
-Backend options (``[runtime.options]``): ``intra_op_threads`` (int, 0 = onnxruntime's
-default), ``providers`` (list of execution providers, default ``["CPUExecutionProvider"]``).
+Backend options (``[runtime.options]``, validated by
+:func:`~streamer.runtime.onnx_options.parse_onnx_options`; unknown keys are errors):
+``intra_op_threads`` (int, 0 = onnxruntime's default), ``providers`` (list of execution
+providers, default ``["CPUExecutionProvider"]``).
 With the CUDA execution provider, ``runtime.devices`` are CUDA device ids; on the CPU each
 device entry is one more CPU replica.
 
@@ -46,6 +48,7 @@ from streamer.runtime.base import (
 from streamer.runtime.graph_preprocess import InputNormalization, prepend_normalization
 from streamer.runtime.letterbox_keys import letterbox_keys
 from streamer.runtime.mtcnn_keys import mtcnn_keys
+from streamer.runtime.onnx_options import parse_onnx_options
 from streamer.runtime.ops.onnx_ops import OnnxOperators
 
 __all__ = [
@@ -106,12 +109,14 @@ def open_session(spec: ModelSpec, options: Mapping[str, Any]) -> ort.InferenceSe
 
     Raises:
         ModelError: the file is missing or onnxruntime cannot load it.
-        ConfigError: the preprocessing cannot go into the graph.
+        ConfigError: an option is unknown or invalid, or the preprocessing cannot go into
+            the graph.
     """
+    parsed = parse_onnx_options(options, f"model {spec.name!r} options")
     sess_options = ort.SessionOptions()
-    sess_options.intra_op_num_threads = int(options.get("intra_op_threads", 0))
+    sess_options.intra_op_num_threads = parsed.intra_op_threads
     sess_options.log_severity_level = 3
-    providers = list(options.get("providers", ["CPUExecutionProvider"]))
+    providers = list(parsed.providers)
     if not spec.path.is_file():
         raise ModelError(f"model {spec.name!r}: no file at {spec.path}")
     source = _model_source(spec)
@@ -131,16 +136,17 @@ class OnnxBackend(Backend):
 
     Args:
         config: ``[runtime]``; ``options`` as in the module docstring.
+
+    Raises:
+        ConfigError: ``runtime.options`` has an unknown key or an invalid value.
     """
 
     name = "onnxruntime"
 
     def __init__(self, config: RuntimeConfig) -> None:
+        parsed = parse_onnx_options(config.options)
         self._options = dict(config.options)
-        self._operators = OnnxOperators(
-            list(self._options.get("providers", ["CPUExecutionProvider"])),
-            int(self._options.get("intra_op_threads", 0)),
-        )
+        self._operators = OnnxOperators(list(parsed.providers), parsed.intra_op_threads)
 
     def load(self, spec: ModelSpec) -> OnnxModel:
         return OnnxModel(spec, open_session(spec, {**self._options, **spec.options}))

@@ -38,7 +38,7 @@ import structlog
 import zmq
 
 from streamer.config import FullPolicy, IngressConfig
-from streamer.errors import ConfigError, FrameError
+from streamer.errors import FrameError
 from streamer.frames import EndOfStream, Frame, OutcomeCounts
 from streamer.lifecycle import Worker
 from streamer.transport.endpoints import INGRESS_TYPES, Endpoint, parse_endpoints
@@ -100,8 +100,8 @@ class Ingress(Worker):
         abort: set when the pipeline gives up; a blocked put then gives up too.
 
     Raises:
-        ConfigError: a bad URI, ``topics`` on a socket that is not ``sub``, or an unreadable
-            CURVE key file.
+        ConfigError: a bad URI or an unreadable CURVE key file (``topics`` on a socket that
+            is not ``sub`` is refused by the config already).
     """
 
     def __init__(
@@ -118,8 +118,6 @@ class Ingress(Worker):
             config.uri, INGRESS_TYPES, self._where
         )
         self.kind = self.endpoints[0].kind
-        if config.topics and self.kind != "sub":
-            raise ConfigError(f"{self._where}: `topics` needs a sub socket, not {self.kind}")
         self.limits = decode_limits(config)
         self._read, self._reply = _protocol(config)
         self._curve = CurveServer.from_config(config, self._where)

@@ -1,7 +1,9 @@
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from streamer.cli import main
 from streamer.config import load_config
 from streamer.errors import ConfigError
 
@@ -90,3 +92,63 @@ def test_http_address_takes_host_and_port(tmp_path: Path) -> None:
     for bad in ("127.0.0.1", "::1:9555", "localhost:99999", ":9555"):
         with pytest.raises(ConfigError, match="daemon.http_address"):
             load_config(write(tmp_path, daemon(bad)))
+
+
+def error(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("devices", "says"),
+    [
+        ("[]", "list one device id at least"),
+        ("[0, -1]", "device ids are >= 0, got [0, -1]"),
+        ("[1, 0, 1]", "device ids must be distinct, got [1, 0, 1]"),
+    ],
+)
+def test_devices_are_one_or_more_distinct_ids(tmp_path: Path, devices: str, says: str) -> None:
+    message = error(tmp_path, MINIMAL + f"[runtime]\ndevices = {devices}\n")
+    assert f"runtime.devices: Value error, {says}" in message
+
+
+def test_ingress_and_egress_names_are_unique(tmp_path: Path) -> None:
+    second_ingress = '[[ingress]]\nuri = "pull+bind:tcp://127.0.0.1:5557"\n'
+    message = error(tmp_path, MINIMAL + second_ingress)
+    assert "ingress: Value error, [[ingress]] names must be unique; ['ingress']" in message
+    named = '[[egress]]\nname = "out"\nuri = "pub+bind:tcp://127.0.0.1:5558"\n'
+    message = error(tmp_path, MINIMAL + named + named.replace("5558", "5559"))
+    assert "egress: Value error, [[egress]] names must be unique; ['out']" in message
+    assert load_config(write(tmp_path, MINIMAL + named)).egress[1].name == "out"
+
+
+def test_topics_need_a_sub_ingress(tmp_path: Path) -> None:
+    pull = MINIMAL.replace('5555"', '5555"\ntopics = ["cam1"]')
+    assert "ingress.0.topics: Value error, `topics` applies to a `sub` ingress" in error(
+        tmp_path, pull
+    )
+    sub = pull.replace("pull+bind:", "sub+connect:")
+    assert load_config(write(tmp_path, sub)).ingress[0].topics == ("cam1",)
+
+
+def test_a_failed_table_is_not_also_reported_as_missing(tmp_path: Path) -> None:
+    message = error(tmp_path, MINIMAL + "[models.batch]\nmax_size = 0\n")
+    assert "models.0.batch.max_size: Input should be greater than or equal to 1" in message
+    assert "at least 1 item" not in message
+    message = error(tmp_path, MINIMAL.replace('5555"', '5555"\nhwm = 0'))
+    assert "ingress.0.hwm" in message and "at least 1 item" not in message
+    empty = "ingress = []\n" + MINIMAL.replace(
+        '[[ingress]]\nuri = "pull+bind:tcp://127.0.0.1:5555"\n', ""
+    )
+    assert "ingress: Tuple should have at least 1 item after validation, not 0" in error(
+        tmp_path, empty
+    )
+
+
+def test_streamer_check_exits_2_without_devices(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["check", "--config", str(write(tmp_path, MINIMAL + "[runtime]\ndevices = []\n"))]
+    )
+    assert result.exit_code == 2
+    assert "runtime.devices: Value error, list one device id at least" in result.output

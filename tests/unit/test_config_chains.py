@@ -114,4 +114,32 @@ def test_unknown_upstream_and_cycles_are_named(tmp_path: Path) -> None:
     loop = BACKBONE + '[[models]]\nname = "a"\npath = "a.onnx"\ninput = "b:tensor"\n'
     loop += '[[models]]\nname = "b"\npath = "b.onnx"\ninput = "a:tensor"\n'
     loop = loop.replace('preprocess = { kind = "letterbox" }', 'postprocess = { kind = "x" }')
-    assert "stages ['a', 'b'] are not reachable from the frame" in error(tmp_path, loop)
+    assert "models: Value error, stages ['a', 'b'] form a cycle" in error(tmp_path, loop)
+
+
+def test_a_cycle_without_a_frame_stage_is_named_as_a_cycle(tmp_path: Path) -> None:
+    backbone = BACKBONE.replace('preprocess = { kind = "letterbox" }', 'input = "head:tensor"')
+    message = error(tmp_path, backbone, TENSOR_HEAD)
+    assert "stages ['backbone', 'head'] form a cycle ('head' -> 'backbone' -> 'head'" in message
+    assert "exactly one model" not in message
+    itself = TENSOR_HEAD.replace("backbone:tensor", "head:tensor")
+    assert "stages ['head'] form a cycle ('head' -> 'head'" in error(tmp_path, BACKBONE, itself)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("backbone:tensor:", 'the tensor map after "tensor:" is empty'),
+        ("backbone:tensor: ", 'the tensor map after "tensor:" is empty'),
+        ("face:crops:", "the crops adapter takes no tensor map"),
+    ],
+)
+def test_an_empty_map_after_the_adapter_is_refused(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        StageInput.parse(text)
+
+
+@pytest.mark.parametrize("name", ["", "face:v2", "face v2", "face/2", "gesicht:"])
+def test_a_model_name_is_letters_digits_and_dot_dash_underscore(tmp_path: Path, name: str) -> None:
+    message = error(tmp_path, BACKBONE.replace('"backbone"', f'"{name}"'))
+    assert f"models.0.name: Value error, {name!r}: a model name is letters, digits" in message

@@ -33,7 +33,7 @@ from typing import Any
 import structlog
 
 from streamer.config import RuntimeConfig
-from streamer.errors import BackendError, ModelError
+from streamer.errors import BackendError, ConfigError, ModelError
 from streamer.runtime.acl.aipp_load import agreed_dynamic_aipp, attach_dynamic_aipp
 from streamer.runtime.acl.constants import AclCode
 from streamer.runtime.acl.description import ModelDescription
@@ -55,6 +55,7 @@ from streamer.runtime.acl.tdt import TdtQueueApi, create_model_queues
 from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.acl.withq import WithQLoader
 from streamer.runtime.base import Backend, ModelSpec
+from streamer.runtime.letterbox_keys import letterbox_keys
 from streamer.runtime.mtcnn_keys import refuse_in_graph
 
 __all__ = ["AclBackend", "import_acl", "recent_error"]
@@ -146,13 +147,14 @@ class AclBackend(Backend):
         """Load ``spec.path`` on ``spec.device`` in the mode ``spec.mode`` resolves to.
 
         Raises:
-            ConfigError: ``spec.options`` is invalid, or an MTCNN stage asks for the in-graph
-                rewrite (:func:`~streamer.runtime.mtcnn_keys.refuse_in_graph`).
+            ConfigError: ``spec.options`` is invalid, or a letterbox or an MTCNN stage asks
+                for the in-graph rewrite (``normalize = "model"``, see
+                :func:`_refuse_in_graph`).
             ModelError: unknown device, unloadable file, gears that do not fit, or a mode
                 the model cannot run in (the message says why).
             AclError: the runtime failed; everything acquired is released first.
         """
-        refuse_in_graph(spec.preprocess)
+        _refuse_in_graph(spec)
         options = parse_model_options(self.options, spec.options, spec.name)
         device = self._device(spec)
         device.activate()
@@ -353,6 +355,25 @@ def _dynamic_aipp_mode(spec: ModelSpec) -> str:
             "without a dataset; use mode 'async' or 'sync'"
         )
     return "async" if spec.mode == "auto" else spec.mode
+
+
+def _refuse_in_graph(spec: ModelSpec) -> None:
+    """Refuse ``normalize = "model"`` on the table that prepares the model's inputs: that is
+    the onnxruntime backend's rewrite of the ONNX graph, and an ``.om`` is compiled by ATC,
+    not rewritten; ACL normalises on the device with AIPP (``normalize = "device"``).
+
+    Raises:
+        ConfigError: a letterbox (or an MTCNN stage's table,
+            :func:`~streamer.runtime.mtcnn_keys.refuse_in_graph`) with ``normalize = "model"``.
+    """
+    refuse_in_graph(spec.preprocess)
+    keys = letterbox_keys(spec.preprocess)
+    if keys is not None and keys.normalize == "model":
+        raise ConfigError(
+            f'model {spec.name!r}: preprocess.normalize: "model" is the onnxruntime backend\'s '
+            'in-graph rewrite and ACL cannot rewrite an .om; use normalize = "device", which '
+            'normalises with AIPP (static, or aipp = "dynamic")'
+        )
 
 
 def _fit(spec: ModelSpec, loaded: LoadedModel) -> LoadedModel:

@@ -105,9 +105,11 @@ def test_the_endpoints(server: tuple[HealthServer, HealthState]) -> None:
 def test_an_address_in_use_fails_the_launch(server: tuple[HealthServer, HealthState]) -> None:
     http, health = server
     clash = HealthServer("127.0.0.1", http.port, health, CollectorRegistry())
-    with pytest.raises(StreamerError, match="Address already in use"):
+    with pytest.raises(StreamerError) as info:
         clash.launch(5)
     clash.stop()
+    assert f"cannot serve HTTP on 127.0.0.1:{http.port} (daemon.http_address)" in str(info.value)
+    assert "Address already in use" in str(info.value)
 
 
 def ipv6_loopback() -> bool:

@@ -1,10 +1,14 @@
+import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from streamer.cli import main
 from streamer.config import RuntimeConfig
-from streamer.errors import ModelError
+from streamer.errors import ConfigError, ModelError
 from streamer.runtime import ModelSpec, open_backend
 
 
@@ -31,9 +35,10 @@ def test_model_info_and_fifo_batches(short_range_model: Path) -> None:
 
 
 def test_a_bad_batch_fails_alone(short_range_model: Path) -> None:
-    with open_backend(RuntimeConfig()) as backend, backend.load(
-        ModelSpec("face", short_range_model)
-    ) as model:
+    with (
+        open_backend(RuntimeConfig()) as backend,
+        backend.load(ModelSpec("face", short_range_model)) as model,
+    ):
         model.enqueue([np.zeros((1, 3, 64, 64), np.float32)])
         model.enqueue([np.zeros((1, 3, 128, 128), np.float32)])
         bad, good = model.dequeue(5000), model.dequeue(5000)
@@ -55,9 +60,10 @@ def test_missing_and_invalid_model_files(tmp_path: Path) -> None:
 def test_enqueue_blocks_beyond_max_in_flight(short_range_model: Path) -> None:
     import threading
 
-    with open_backend(RuntimeConfig()) as backend, backend.load(
-        ModelSpec("face", short_range_model, max_in_flight=1)
-    ) as model:
+    with (
+        open_backend(RuntimeConfig()) as backend,
+        backend.load(ModelSpec("face", short_range_model, max_in_flight=1)) as model,
+    ):
         batch = np.zeros((1, 3, 128, 128), np.float32)
         model.enqueue([batch])
         second = threading.Thread(target=model.enqueue, args=([batch],))
@@ -68,3 +74,37 @@ def test_enqueue_blocks_beyond_max_in_flight(short_range_model: Path) -> None:
         second.join(5)
         assert not second.is_alive()
         assert model.dequeue(5000) is not None
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"intra_op_thread": 1}, "runtime.options.intra_op_thread: Extra inputs are not permitted"),
+        ({"intra_op_threads": -1}, "runtime.options.intra_op_threads: Input should be greater"),
+        ({"providers": []}, "runtime.options.providers: Tuple should have at least 1 item"),
+    ],
+)
+def test_unknown_or_invalid_options_are_config_errors(options: dict[str, Any], says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        open_backend(RuntimeConfig(options=options))
+
+
+def test_a_models_own_options_are_checked_too(short_range_model: Path) -> None:
+    spec = ModelSpec("face", short_range_model, options={"intra_op_threadz": 2})
+    with open_backend(RuntimeConfig()) as backend:
+        with pytest.raises(ConfigError, match="model 'face' options.intra_op_threadz: Extra"):
+            backend.load(spec)
+
+
+def test_streamer_check_exits_2_on_an_option_typo(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[[ingress]]\nuri = "pull+bind:tcp://127.0.0.1:5555"\n'
+        '[[egress]]\nuri = "pub+bind:tcp://127.0.0.1:5556"\n'
+        "[runtime.options]\nintra_op_thread = 1\n"
+        '[[models]]\nname = "face"\nasset = "blazeface_short_range"\n'
+        'preprocess = { kind = "letterbox" }\npostprocess = { kind = "blazeface" }\n'
+    )
+    result = CliRunner().invoke(main, ["check", "--config", str(config)])
+    assert result.exit_code == 2
+    assert "runtime.options.intra_op_thread: Extra inputs are not permitted" in result.output

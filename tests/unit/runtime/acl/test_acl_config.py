@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from acl_testing import MakeBackend
 
-from streamer.config import RuntimeConfig
+from streamer.config import PluginConfig, RuntimeConfig
 from streamer.errors import BackendError, ConfigError
 from streamer.runtime import open_backend
 from streamer.runtime.acl.backend import AclBackend
@@ -15,6 +17,7 @@ from streamer.runtime.acl.constants import AclCode
 from streamer.runtime.acl.errors import AclError, check_handle, check_ret, code_name
 from streamer.runtime.acl.options import parse_model_options, parse_options
 from streamer.runtime.acl.sim.backend import AclSimBackend
+from streamer.runtime.base import ModelSpec
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -102,3 +105,18 @@ def test_acl_without_pyacl_says_what_to_install(monkeypatch: pytest.MonkeyPatch)
     assert "source /usr/local/Ascend/ascend-toolkit/set_env.sh" in message
     assert "CANN toolkit" in message and '"acl-sim"' in message
     assert AclBackend.name == "acl"
+
+
+@pytest.mark.parametrize("kind", ["letterbox", "mtcnn_rnet"])
+def test_the_in_graph_rewrite_is_refused(
+    make_backend: MakeBackend, short_range_model: Path, kind: str
+) -> None:
+    """``normalize = "model"`` rewrites an ONNX graph on onnxruntime; ACL runs a compiled
+    .om, so it is a config error at load, not a silent ``device`` (the fixture checks that
+    nothing was left allocated)."""
+    backend = make_backend()
+    spec = ModelSpec(
+        "face", short_range_model, preprocess=PluginConfig(kind=kind, normalize="model")
+    )
+    with pytest.raises(ConfigError, match='normalize: "model" is the onnxruntime backend'):
+        backend.load(spec)

@@ -1,0 +1,60 @@
+"""``[runtime.options]`` for ``backend = "onnxruntime"``, validated when the backend opens
+(``streamer run`` and ``streamer check``), as the ACL backends validate theirs
+(:mod:`streamer.runtime.acl.options`).
+
+Unknown keys are rejected and every error names the key, e.g.
+``runtime.options.intra_op_thread: Extra inputs are not permitted``.
+
+Example (TOML)::
+
+    [runtime.options]
+    intra_op_threads = 1                       # threads per session.run, 0 = onnxruntime's
+    providers = ["CPUExecutionProvider"]       # execution providers, first choice first
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from streamer.errors import ConfigError
+
+__all__ = ["OnnxOptions", "parse_onnx_options"]
+
+
+class OnnxOptions(BaseModel):
+    """The onnxruntime backend's options (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    intra_op_threads: int = Field(
+        default=0, ge=0, description="threads per session.run; 0 = onnxruntime's choice"
+    )
+    providers: tuple[str, ...] = Field(
+        default=("CPUExecutionProvider",),
+        min_length=1,
+        description="execution providers, first choice first; with the CUDA (or ROCm) one, "
+        "runtime.devices are its device ids",
+    )
+
+
+def parse_onnx_options(options: Mapping[str, Any], where: str = "runtime.options") -> OnnxOptions:
+    """Validate an options table.
+
+    Args:
+        options: the raw ``[runtime.options]`` table (a model's own options merged on top).
+        where: the key the table sits at, for the messages.
+
+    Raises:
+        ConfigError: a key is unknown or its value invalid; one line per key, each naming
+            ``<where>.<key>``.
+    """
+    try:
+        return OnnxOptions.model_validate(dict(options))
+    except ValidationError as exc:
+        lines = [
+            f"{where}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        ]
+        raise ConfigError("\n".join(lines)) from exc
