@@ -21,6 +21,7 @@ or model at start.
 
 from __future__ import annotations
 
+import queue
 import signal
 import threading
 import time
@@ -51,20 +52,32 @@ _log = structlog.get_logger(__name__)
 
 @dataclass
 class _Requests:
-    """What signal handlers ask of the control loop."""
+    """What signal handlers ask of the control loop, and the signals they received."""
 
     stop: threading.Event
     reload: threading.Event = field(default_factory=threading.Event)
+    received: queue.SimpleQueue[int] = field(default_factory=queue.SimpleQueue)
+
+    def log_received(self) -> None:
+        """Log each signal received since the last call (``signal_received``)."""
+        while True:
+            try:
+                signum = self.received.get_nowait()
+            except queue.Empty:
+                return
+            _log.info("signal_received", signal=signal.Signals(signum).name)
 
 
 def _install_signal_handlers(requests: _Requests) -> None:
+    # A handler runs between two bytecodes of the main thread, possibly while it holds the
+    # logger's lock, so handlers only record (SimpleQueue.put is reentrant) and set events;
+    # the control loop logs. Logging here deadlocked a SIGHUP that came during a log line.
     def stop(signum: int, _frame: FrameType | None) -> None:
-        if not requests.stop.is_set():
-            _log.info("signal_received", signal=signal.Signals(signum).name)
-            requests.stop.set()
+        requests.received.put(signum)
+        requests.stop.set()
 
     def reload(signum: int, _frame: FrameType | None) -> None:
-        _log.info("signal_received", signal=signal.Signals(signum).name)
+        requests.received.put(signum)
         requests.reload.set()
 
     signal.signal(signal.SIGTERM, stop)
@@ -174,6 +187,7 @@ class _Control:
         self._notifier.ready()
         _log.info("ready", systemd=self._notifier.enabled, watchdog_interval_s=self._ping_s)
         failed = self._loop()
+        self._requests.log_received()
         return self._drain(failed)
 
     def close(self) -> None:
@@ -183,6 +197,7 @@ class _Control:
     def _loop(self) -> bool:
         """Tick until a stop is requested or the pipeline fails; True when it failed."""
         while not self._requests.stop.wait(self._tick_s):
+            self._requests.log_received()
             if (failure := self._pipeline.failure()) is not None:
                 error = f"{type(failure).__name__}: {failure}"
                 _log.error("pipeline_failed", error=error)
