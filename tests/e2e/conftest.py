@@ -78,6 +78,17 @@ kind = "blazeface"
 """
 
 
+LIVE_DAEMONS: list[Daemon] = []
+"""Every daemon started by the test running now; killed after it, however it ended."""
+
+
+@pytest.fixture(autouse=True)
+def _no_daemon_outlives_its_test() -> Iterator[None]:
+    yield
+    while LIVE_DAEMONS:
+        LIVE_DAEMONS.pop().close()
+
+
 class Daemon:
     """A ``streamer run`` subprocess with its JSON log lines collected on a thread."""
 
@@ -104,6 +115,7 @@ class Daemon:
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        LIVE_DAEMONS.append(self)
 
     def _read(self) -> None:
         assert self.process.stdout is not None
