@@ -51,6 +51,7 @@ __all__ = ["Ingress", "widest_limits"]
 
 _POLL_MS = 100
 _BURST = 64  # messages taken per poll at most
+_STOP_INTAKE = 2  # at a stop, queued messages taken at most, in units of hwm
 _REPLY_LINGER_MS = 500  # at close, replies still queued get this long to leave
 _log = structlog.get_logger(__name__)
 
@@ -134,7 +135,8 @@ class Ingress(Worker):
         self._monitor: HandshakeMonitor | None = None
 
     def request_stop(self) -> None:
-        """Stop receiving; the thread closes its socket and ends. Any thread may call this."""
+        """Stop receiving: the thread takes the messages already queued on its socket (up to
+        twice ``hwm``), closes it and ends. Any thread may call this."""
         self._stopping.set()
 
     def setup(self) -> None:
@@ -177,6 +179,21 @@ class Ingress(Worker):
                 self._monitor.drain()
             if self._socket in ready:
                 self._receive_burst(self._socket)
+        self._take_queued(self._socket)
+
+    def _take_queued(self, socket: zmq.Socket[bytes]) -> None:
+        """At a stop, take the messages already queued on the socket, at most
+        ``_STOP_INTAKE`` x ``hwm``: ZeroMQ has delivered them (a producer counts them sent),
+        so they are processed like the others instead of vanishing with the socket. Messages
+        arriving beyond that bound, or after an abort, are not read."""
+        for _ in range(_STOP_INTAKE * self._config.hwm):
+            if self._abort.is_set():
+                return
+            try:
+                message = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._receive(socket, message)
 
     def _receive_burst(self, socket: zmq.Socket[bytes]) -> None:
         """Take the messages already queued on the socket, up to a burst, without polling

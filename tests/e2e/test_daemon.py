@@ -18,7 +18,7 @@ from streamer.clients.producer import produce
 from streamer.errors import ClientError
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon
+from .conftest import Client, Daemon, backend_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,6 +144,28 @@ def test_sigterm_mid_stream_drains_and_exits_zero(
     assert daemon.logs[-1]["event"] == "stopped"
     sender.join(30)
     assert not sender.is_alive() and len(errors) == 1
+
+
+def test_sigterm_takes_the_frames_already_queued_on_the_socket(
+    start_daemon: Any, connect: Any, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """Frames ZeroMQ has delivered but the ingress has not read yet (the admission queue
+    was full) are processed at a stop, not dropped unseen with the socket."""
+    settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
+    daemon = start_daemon(
+        **{**settings, "max_size": 1},
+        daemon_extra="queue_size = 4",
+        runtime_extra="[runtime.options.sim]\nexecute_delay_ms = 20",
+    )
+    client: Client = connect(daemon)
+    frame = np.zeros((144, 176, 3), np.uint8)
+    for seq in range(60):
+        client.send_parts(encode_frame("queued", seq, frame, encoding="raw"))
+    time.sleep(0.3)  # every message is in the daemon's receive queue; few are executed
+    assert daemon.stop(timeout_s=30) == 0
+    final = assert_accounted(daemon)
+    assert final["received"] == 60 + client.probes
+    assert final["published"] == final["received"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -63,7 +63,11 @@ class ReportThread:
         self._ready = threading.Event()
         self._subscribed = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(context, timeout_ms), name=name)
+        # A daemon thread: one stuck in process_report past the 10 s join (logged as
+        # acl_report_thread_stuck) must not keep the process from exiting.
+        self._thread = threading.Thread(
+            target=self._run, args=(context, timeout_ms), name=name, daemon=True
+        )
         self._thread.start()
         teardown.push_call(self._join)
         if not self._ready.wait(_START_TIMEOUT_S):
