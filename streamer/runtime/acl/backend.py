@@ -316,6 +316,7 @@ class AclBackend(Backend):
         _log.info(
             "acl_model_loaded",
             model=model.info.name,
+            model_id=model.model_id,
             mode=model.mode,
             device=model.device_id,
             batch_gears=list(model.info.batch_gears),

@@ -128,6 +128,11 @@ class AclModel(QueueModel):
         """The device the model runs on."""
         return self._device.device_id
 
+    @property
+    def model_id(self) -> int:
+        """The id ACL gave the loaded model; it tells replicas apart in logs."""
+        return self._loaded.model_id
+
     def attach_thread(self) -> None:
         """Make the model's context current in the calling thread (``acl.rt.set_context``).
 
