@@ -110,12 +110,23 @@ def check_endpoints(ingress: Sequence[Any], egress: Sequence[Any]) -> None:
         ingress, egress: the ``[[ingress]]`` and ``[[egress]]`` configs (``uri``, ``name``).
 
     Raises:
-        ConfigError: a malformed URI, a socket type not allowed there, or a bad tcp port.
+        ConfigError: a malformed URI, a socket type not allowed there, a bad tcp port, or
+            two sockets binding one address (the second would fail to start).
     """
-    for config in ingress:
-        parse_endpoints(config.uri, INGRESS_TYPES, f"ingress {config.name}")
-    for config in egress:
-        parse_endpoint(config.uri, EGRESS_TYPES, f"egress {config.name}")
+    sockets = [
+        (f"ingress {c.name}", parse_endpoints(c.uri, INGRESS_TYPES, f"ingress {c.name}"))
+        for c in ingress
+    ]
+    sockets += [
+        (f"egress {c.name}", (parse_endpoint(c.uri, EGRESS_TYPES, f"egress {c.name}"),))
+        for c in egress
+    ]
+    bound: dict[str, str] = {}
+    for where, endpoints in sockets:
+        for endpoint in (e for e in endpoints if e.bind):
+            other = bound.setdefault(endpoint.address, where)
+            if other != where:
+                raise ConfigError(f"{where}: {endpoint.address} is also bound by {other}")
 
 
 def parse_endpoints(

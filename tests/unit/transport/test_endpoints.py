@@ -1,10 +1,12 @@
 import pytest
 import zmq
 
+from streamer.config import EgressConfig, IngressConfig
 from streamer.errors import ConfigError
 from streamer.transport.endpoints import (
     EGRESS_TYPES,
     INGRESS_TYPES,
+    check_endpoints,
     parse_endpoint,
     parse_endpoints,
 )
@@ -76,3 +78,12 @@ def test_tcp_ports_out_of_range_are_config_errors(uri: str) -> None:
     with pytest.raises(ConfigError, match="tcp port in 1..65535"):
         parse_endpoint(uri, INGRESS_TYPES, "ingress[0].uri")
     assert parse_endpoint("pull+bind:tcp://127.0.0.1:*", INGRESS_TYPES, "x").address.endswith("*")
+
+
+def test_two_sockets_binding_one_address_are_a_config_error() -> None:
+    ingress = [IngressConfig(name="in", uri="pull+bind:tcp://127.0.0.1:6555")]
+    same = [EgressConfig(name="out", uri="pub+bind:tcp://127.0.0.1:6555")]
+    with pytest.raises(ConfigError, match=r"egress out: tcp://127.0.0.1:6555 is also bound by"):
+        check_endpoints(ingress, same)
+    connect = [EgressConfig(name="out", uri="push+connect:tcp://127.0.0.1:6555")]
+    check_endpoints(ingress, connect)  # connecting to it is another matter
