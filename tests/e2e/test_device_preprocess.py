@@ -96,10 +96,7 @@ def test_static_aipp_on_the_simulator_matches_host(
     name: str,
 ) -> None:
     settings = backend_settings(name, assets["blazeface_short_range"], tmp_path / "models")
-    manifest_file = settings["model_path"].with_suffix(".acl.json")
-    manifest = json.loads(manifest_file.read_text())
-    manifest["aipp"] = blazeface_aipp().model_dump()
-    manifest_file.write_text(json.dumps(manifest))
+    with_aipp(settings, blazeface_aipp().model_dump())
     host = _detections(start_daemon, connect, frames)
     device = _detections(
         start_daemon, connect, frames, preprocess_extra='normalize = "device"', **settings
@@ -110,15 +107,19 @@ def test_static_aipp_on_the_simulator_matches_host(
 DYNAMIC_AIPP = 'normalize = "device"\naipp = "dynamic"'
 
 
-def with_dynamic_aipp(settings: dict[str, Any], max_src_image_size: int) -> dict[str, Any]:
-    """``settings`` with a dynamic ``aipp_op`` added to the model's manifest."""
+def with_aipp(settings: dict[str, Any], aipp: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with ``aipp`` as the ``aipp`` section of the model's manifest."""
     manifest_file = settings["model_path"].with_suffix(".acl.json")
     manifest = json.loads(manifest_file.read_text())
-    manifest["aipp"] = DynamicAippConfig(
-        aipp_mode="dynamic", max_src_image_size=max_src_image_size
-    ).model_dump()
+    manifest["aipp"] = aipp
     manifest_file.write_text(json.dumps(manifest))
     return settings
+
+
+def with_dynamic_aipp(settings: dict[str, Any], max_src_image_size: int) -> dict[str, Any]:
+    """``settings`` with a dynamic ``aipp_op`` added to the model's manifest."""
+    aipp = DynamicAippConfig(aipp_mode="dynamic", max_src_image_size=max_src_image_size)
+    return with_aipp(settings, aipp.model_dump())
 
 
 @pytest.mark.parametrize("name", ["acl-sim-async", "acl-sim-sync"])
