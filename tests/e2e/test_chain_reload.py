@@ -90,9 +90,9 @@ def test_reloads_under_full_load_keep_every_frame_on_its_chain_and_in_order(
     """SIGHUP while frames arrive as fast as the daemon takes them, between chains that
     prepare frames differently (a letterbox tensor; R-Net's whole-frame item): every frame
     runs on the chain it was prepared for, once, and results stay in order. The reorder
-    window is made wide: a new chain's first executions are slow (onnxruntime sets up each
-    batch size on its first run), and with two replicas a loaded machine may otherwise
-    publish past a late batch by design (``reorder_gave_up``), which is not what this tests."""
+    window is made wide: with two replicas, a machine loaded by other jobs can hold one
+    replica's batch back while the other publishes past the default window, which egress
+    then gives up on by design (``reorder_gave_up``); that is not what this tests."""
 
     def wide_reorder(text: str) -> str:
         text = text.replace("reorder_window = 64 ", "reorder_window = 4096 ")
