@@ -159,9 +159,14 @@ def test_sigterm_takes_the_frames_already_queued_on_the_socket(
     )
     client: Client = connect(daemon)
     frame = np.zeros((144, 176, 3), np.uint8)
-    for seq in range(60):
-        client.send_parts(encode_frame("queued", seq, frame, encoding="raw"))
-    time.sleep(0.3)  # every message is in the daemon's receive queue; few are executed
+    trackers = [
+        client.push.send_multipart(
+            encode_frame("queued", seq, frame, encoding="raw"), copy=False, track=True
+        )
+        for seq in range(60)
+    ]
+    for tracker in trackers:  # every message has left the client; few are executed yet
+        tracker.wait(10)
     assert daemon.stop(timeout_s=30) == 0
     final = assert_accounted(daemon)
     assert final["received"] == 60 + client.probes
