@@ -38,6 +38,7 @@ from pydantic import Field
 
 from streamer.errors import ConfigError, FrameError, Reason
 from streamer.runtime.base import ModelInfo
+from streamer.vision.preprocess import input_size
 from streamer.vision.registry import PluginParams
 
 __all__ = ["CropParams", "CropTransform", "Crops", "crop", "crop_regions", "detection_boxes"]
@@ -234,13 +235,6 @@ def _crop_size(params: CropParams, info: ModelInfo) -> tuple[int, int]:
     """
     if not info.inputs or len(info.inputs[0].shape) != 4:
         raise ConfigError(f"model {info.name!r}: crops need a 4-D image input")
-    shape = info.inputs[0].shape
-    h, w = shape[2:4] if shape[1] == 3 else shape[1:3]
-    if params.size is None:
-        if h < 1 or w < 1:
-            raise ConfigError(f"size: model {info.name!r} has a dynamic height/width; set it")
-        return h, w
-    sh, sw = params.size
-    if sh < 1 or sw < 1 or (h > 0 and h != sh) or (w > 0 and w != sw):
-        raise ConfigError(f"size: {list(params.size)} does not fit model {info.name!r} ({h}x{w})")
-    return sh, sw
+    tensor = info.inputs[0]
+    h, w = tensor.shape[2:4] if tensor.shape[1] == 3 else tensor.shape[1:3]
+    return input_size(params.size, tensor.name, h, w)

@@ -51,7 +51,7 @@ from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo
 from streamer.vision.registry import PREPROCESSORS, PluginParams
 
-__all__ = ["Letterbox", "LetterboxParams", "LetterboxTransform", "Preprocessor"]
+__all__ = ["Letterbox", "LetterboxParams", "LetterboxTransform", "Preprocessor", "input_size"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,7 +354,7 @@ def _input_geometry(params: LetterboxParams, info: ModelInfo) -> tuple[tuple[Siz
         raise ConfigError(f"input {tensor.name!r} is {tensor.dtype}, expected floating point")
     gears = _resolution_gears(params, info, h, w)
     if not gears:
-        return (_input_size(params, tensor.name, h, w),), tensor.dtype
+        return (input_size(params.size, tensor.name, h, w),), tensor.dtype
     return _pinned(params, gears), tensor.dtype
 
 
@@ -382,7 +382,7 @@ def _pixel_geometry(params: LetterboxParams, info: ModelInfo) -> tuple[tuple[Siz
     _, h, w, _ = tensor.shape
     gears = _resolution_gears(pixels, info, h, w)
     if not gears:
-        return (_input_size(pixels, tensor.name, h, w),), tensor.dtype
+        return (input_size(pixels.size, tensor.name, h, w),), tensor.dtype
     return _pinned(pixels, gears), tensor.dtype
 
 
@@ -427,17 +427,23 @@ def _pinned(params: LetterboxParams, gears: tuple[Size, ...]) -> tuple[Size, ...
     return (size,)
 
 
-def _input_size(params: LetterboxParams, name: str, h: int, w: int) -> tuple[int, int]:
-    """The (height, width) to letterbox to: the model's, or ``size`` for dynamic dims.
+def input_size(size: Size | None, name: str, h: int, w: int) -> Size:
+    """The (height, width) in pixels an image input is fed at: the model's own, or the
+    configured ``size`` where the model leaves height or width free.
+
+    Args:
+        size: the configured ``size`` (height, width), pixels, or None.
+        name: the input's name, for messages.
+        h, w: the input's height and width in the model, pixels; < 1 when free.
 
     Raises:
         ConfigError: both unknown, or ``size`` disagrees with a static model size.
     """
-    if params.size is None:
+    if size is None:
         if h < 1 or w < 1:
             raise ConfigError(f"size: input {name!r} has dynamic height/width; set size = [h, w]")
         return h, w
-    sh, sw = params.size
+    sh, sw = size
     if sh < 1 or sw < 1 or (h > 0 and h != sh) or (w > 0 and w != sw):
-        raise ConfigError(f"size: {list(params.size)} does not fit input {name!r} ({h}x{w})")
+        raise ConfigError(f"size: {list(size)} does not fit input {name!r} ({h}x{w})")
     return sh, sw
