@@ -39,6 +39,7 @@ closest to its own (see :meth:`Letterbox.choose_size`), so its tensor has that g
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal, Protocol
@@ -51,7 +52,14 @@ from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo
 from streamer.vision.registry import PREPROCESSORS, PluginParams
 
-__all__ = ["Letterbox", "LetterboxParams", "LetterboxTransform", "Preprocessor", "input_size"]
+__all__ = [
+    "Letterbox",
+    "LetterboxParams",
+    "LetterboxTransform",
+    "Preprocessor",
+    "input_size",
+    "rows_to_image",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +148,29 @@ class LetterboxTransform:
         """Map image pixel coordinates to model-input pixels; float (..., 2) → float (..., 2)."""
         out: np.ndarray = np.asarray(xy, np.float64) * self._ratio + self._pad
         return out
+
+
+def rows_to_image(
+    transforms: Sequence[LetterboxTransform], frames: np.ndarray, xy: np.ndarray
+) -> np.ndarray:
+    """:meth:`LetterboxTransform.to_image` of the points of several frames in one call.
+
+    Row ``r`` goes through ``transforms[frames[r]]`` with the same arithmetic per element as
+    ``to_image``, so the results are bit-identical to mapping each frame's rows on its own.
+
+    Args:
+        transforms: one per frame.
+        frames: int (R,) the frame of each row, an index into ``transforms``.
+        xy: float (R, ..., 2) (x, y) in model-input pixels.
+
+    Returns:
+        float64 (R, ..., 2) (x, y) in image pixels (not clipped).
+    """
+    per_row = (len(frames),) + (1,) * (np.ndim(xy) - 2) + (2,)
+    pad = np.array([t._pad for t in transforms]).reshape(-1, 2)[frames].reshape(per_row)
+    ratio = np.array([t._ratio for t in transforms]).reshape(-1, 2)[frames].reshape(per_row)
+    out: np.ndarray = (np.asarray(xy, np.float64) - pad) / ratio
+    return out
 
 
 def _resized(size: int, scale: float, limit: int) -> int:

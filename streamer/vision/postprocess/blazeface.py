@@ -28,6 +28,11 @@ Follows MediaPipe's face detection graph (``mediapipe/modules/face_detection/``
 4. **Letterbox removal** (``DetectionLetterboxRemovalCalculator``): through the frame's
    :class:`LetterboxTransform` to pixels of the decoded image, clipped to the image.
 
+Steps run on whole batches: with ``nms = "host"`` the candidates of every frame of a batch
+are thresholded, scored and decoded in one call each, and only step 3 runs per frame (a frame
+with one candidate skips it: that candidate is its detection); step 4 maps every detection of
+the batch in one pass, whichever the NMS.
+
 The six keypoints are, in order: right eye, left eye, nose tip, mouth, right ear tragion,
 left ear tragion (from the subject's point of view; MediaPipe ``FaceKeyPoint``).
 """
@@ -37,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -46,8 +52,8 @@ from streamer.errors import ConfigError, FrameError, Reason
 from streamer.runtime.base import ModelInfo, Tensor
 from streamer.runtime.ops.base import Operators
 from streamer.vision.nms_place import NmsPlace, operators_for
-from streamer.vision.postprocess.blazeface_nms import OperatorNms
-from streamer.vision.preprocess import LetterboxTransform
+from streamer.vision.postprocess.blazeface_nms import Found, OperatorNms
+from streamer.vision.preprocess import LetterboxTransform, rows_to_image
 from streamer.vision.registry import POSTPROCESSORS, PluginParams
 
 __all__ = [
@@ -64,6 +70,13 @@ __all__ = [
 NUM_COORDS = 16
 NUM_KEYPOINTS = 6
 LABEL = "face"
+
+_NO_DETECTIONS: Found = (
+    np.zeros((0, 4), np.float32),
+    np.zeros((0, NUM_KEYPOINTS, 2), np.float32),
+    np.zeros(0, np.float32),
+)
+"""A frame without candidates (zero-size arrays, shared by every such frame)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,15 +308,10 @@ class BlazeFace:
         regressors, logits = self._checked(outputs, len(transforms))
         if self._operator_nms is not None:
             found = self._operator_nms(regressors, logits, len(transforms))
-            return [
-                {"detections": _to_image(*f, t)} for f, t in zip(found, transforms, strict=True)
-            ]
-        regressors, logits = _host_arrays(regressors, logits)
-        logits = logits.reshape(logits.shape[0], len(self.anchors))
-        return [
-            {"detections": self._frame(regressors[i], logits[i], t)}
-            for i, t in enumerate(transforms)
-        ]
+        else:
+            host_regressors, host_logits = _host_arrays(regressors, logits)
+            found = self._host_nms(host_regressors, host_logits, len(transforms))
+        return [{"detections": d} for d in _to_image(found, transforms)]
 
     def _checked(self, outputs: Sequence[Tensor], n: int) -> tuple[Tensor, Tensor]:
         """The (B, N, 16) regressors and (B, N, 1) logits, B >= n, as given.
@@ -326,19 +334,59 @@ class BlazeFace:
             )
         return regressors, logits
 
-    def _frame(
-        self, regressors: np.ndarray, logits: np.ndarray, transform: LetterboxTransform
-    ) -> list[dict[str, Any]]:
-        """Detections of one frame from its (N, 16) regressors and (N,) logits."""
-        kept = np.flatnonzero(logits >= self._logit_threshold)
-        if not len(kept):
-            return []
-        scores = 1.0 / (1.0 + np.exp(-np.clip(logits[kept].astype(np.float64), -100, 100)))
-        boxes, points = decode_boxes(regressors[kept], self.anchors[kept])
-        boxes, points, scores = weighted_nms(
-            boxes, points, scores, self.iou_threshold, self.max_detections
-        )
-        return _to_image(boxes, points, scores, transform)
+    def _host_nms(self, regressors: np.ndarray, logits: np.ndarray, frames: int) -> list[Found]:
+        """Steps 2-3 on the host for the first ``frames`` frames of a batch.
+
+        The batch's candidates are thresholded, scored and decoded in one call each; only the
+        weighted NMS runs per frame.
+
+        Args:
+            regressors: float32 (B, N, 16); logits: float32 (B, N, 1); B >= ``frames``.
+
+        Returns:
+            One :data:`Found` per frame, model-input pixels.
+        """
+        logits = logits.reshape(logits.shape[0], len(self.anchors))[:frames]
+        rows, anchors = np.nonzero(logits >= self._logit_threshold)  # sorted by frame
+        scores = 1.0 / (1.0 + np.exp(-np.clip(logits[rows, anchors].astype(np.float64), -100, 100)))
+        boxes, points = decode_boxes(regressors[rows, anchors], self.anchors[anchors])
+        counts = np.bincount(rows, minlength=frames).tolist()
+        return self._clusters(boxes, points, scores, counts)
+
+    def _clusters(
+        self, boxes: np.ndarray, points: np.ndarray, scores: np.ndarray, counts: list[int]
+    ) -> list[Found]:
+        """Each frame's weighted NMS (:func:`weighted_nms`) of its candidates.
+
+        Args:
+            boxes: float32 (C, 4); points: float32 (C, K, 2); scores: float64 (C,): the
+                batch's candidates, frame after frame.
+            counts: candidates per frame, summing to C.
+
+        Returns:
+            One :data:`Found` per frame; a lone candidate is its frame's detection as it is
+            (what :func:`weighted_nms` returns for one row), without a call.
+        """
+        singles = scores.astype(np.float32)
+        found: list[Found] = []
+        end = 0
+        for count in counts:
+            start, end = end, end + count
+            if count == 0:
+                found.append(_NO_DETECTIONS)
+            elif count == 1:
+                found.append((boxes[start:end], points[start:end], singles[start:end]))
+            else:
+                found.append(
+                    weighted_nms(
+                        boxes[start:end],
+                        points[start:end],
+                        scores[start:end],
+                        self.iou_threshold,
+                        self.max_detections,
+                    )
+                )
+        return found
 
 
 def _host_arrays(*tensors: Tensor) -> list[np.ndarray]:
@@ -354,20 +402,46 @@ def _host_arrays(*tensors: Tensor) -> list[np.ndarray]:
 
 
 def _to_image(
-    boxes: np.ndarray, points: np.ndarray, scores: np.ndarray, transform: LetterboxTransform
-) -> list[dict[str, Any]]:
-    """Map (D, 4) corner boxes and (D, K, 2) keypoints in model-input pixels to detection
-    dicts in image pixels, clipped to the image; boxes left empty by clipping are dropped."""
-    size = np.array([transform.image_width, transform.image_height], np.float64)
-    corners = np.clip(transform.to_image(boxes.reshape(-1, 2, 2)), 0, size)
-    sides = corners[:, 1] - corners[:, 0]
+    found: Sequence[Found], transforms: Sequence[LetterboxTransform]
+) -> list[list[dict[str, Any]]]:
+    """Step 4 for a whole batch at once: each frame's detections in image pixels.
+
+    Every frame's (D, 4) corner boxes and (D, K, 2) keypoints (model-input pixels) go through
+    its transform, are clipped to its image and rounded in one pass over the batch; boxes
+    left empty by clipping are dropped.
+
+    Args:
+        found: one :data:`Found` per frame, float32, model-input pixels.
+        transforms: each frame's letterbox transform.
+
+    Returns:
+        Per frame the detection dicts of :meth:`BlazeFace.__call__`, in ``found``'s order.
+    """
+    counts = [len(scores) for _, _, scores in found]
+    if not sum(counts):
+        return [[] for _ in found]
+    frames = np.repeat(np.arange(len(found)), counts)
+    size = np.array([(t.image_width, t.image_height) for t in transforms], np.float64)
+    xy = rows_to_image(transforms, frames, _corners_and_keypoints(found))
+    xy = np.clip(xy, 0, size[frames, None])
+    sides = xy[:, 1] - xy[:, 0]
     kept = (sides > 0).all(axis=1)
-    xywh = np.round(np.concatenate([corners[kept, 0], sides[kept]], axis=1), 2).tolist()
-    points = np.round(np.clip(transform.to_image(points[kept]), 0, size), 2).tolist()
-    return [
-        {"box": box, "score": round(float(score), 4), "label": LABEL, "keypoints": pts}
-        for box, pts, score in zip(xywh, points, scores[kept], strict=True)
+    xywh = np.round(np.concatenate([xy[kept, 0], sides[kept]], axis=1), 2).tolist()
+    points = np.round(xy[kept, 2:], 2).tolist()
+    scores = np.concatenate([s for _, _, s in found])[kept].tolist()
+    detections = [
+        {"box": box, "score": round(score, 4), "label": LABEL, "keypoints": pts}
+        for box, pts, score in zip(xywh, points, scores, strict=True)
     ]
+    rest = iter(detections)
+    return [list(islice(rest, n)) for n in np.bincount(frames[kept], minlength=len(found)).tolist()]
+
+
+def _corners_and_keypoints(found: Sequence[Found]) -> np.ndarray:
+    """Every frame's detections stacked, frame after frame: float32 (D, 2 + K, 2), each row
+    its box's (x1, y1) and (x2, y2) corners, then its K keypoints (x, y)."""
+    boxes = np.concatenate([b for b, _, _ in found]).reshape(-1, 2, 2)
+    return np.concatenate([boxes, np.concatenate([p for _, p, _ in found])], axis=1)
 
 
 def _variant(info: ModelInfo) -> AnchorConfig:

@@ -13,13 +13,16 @@ full range  0.647 .. 0.917 (median 0.825)           0.011       0.167      120 /
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import cv2
 import numpy as np
 import pytest
 
+from streamer.config import PluginConfig
 from streamer.errors import FrameError, Reason
+from streamer.runtime.ops import OnnxOperators
 from streamer.vision.decode import DecodeLimits, decode_image
 from streamer.vision.postprocess.blazeface import (
     FULL_RANGE,
@@ -28,7 +31,9 @@ from streamer.vision.postprocess.blazeface import (
     ssd_anchors,
     weighted_nms,
 )
+from streamer.vision.postprocess.blazeface_nms import OperatorNms
 from streamer.vision.preprocess import LetterboxTransform
+from streamer.vision.registry import POSTPROCESSORS
 
 Chain = Any  # tests/unit/vision/conftest.py's Chain (conftest modules are not importable)
 
@@ -198,3 +203,152 @@ def test_full_chain_from_wire_bytes(short_chain: Chain, carphone_frames: list[np
     a, b = short_chain.detect([raw, jpeg])
     assert len(a) == len(b) == 1
     assert _iou(a[0]["box"], b[0]["box"]) > 0.9
+
+
+# ---- the batched postprocessor against a per-frame reference --------------------------------
+
+Found = tuple[np.ndarray, np.ndarray, np.ndarray]
+Results = list[dict[str, Any]]
+
+
+def _reference_to_image(found: Found, transform: LetterboxTransform) -> list[dict[str, Any]]:
+    """One frame's boxes and keypoints mapped, clipped and rounded on their own, through its
+    transform's ``to_image``."""
+    boxes, points, scores = found
+    size = np.array([transform.image_width, transform.image_height], np.float64)
+    corners = np.clip(transform.to_image(boxes.reshape(-1, 2, 2)), 0, size)
+    sides = corners[:, 1] - corners[:, 0]
+    kept = (sides > 0).all(axis=1)
+    xywh = np.round(np.concatenate([corners[kept, 0], sides[kept]], axis=1), 2).tolist()
+    keypoints = np.round(np.clip(transform.to_image(points[kept]), 0, size), 2).tolist()
+    return [
+        {"box": box, "score": round(float(score), 4), "label": "face", "keypoints": pts}
+        for box, pts, score in zip(xywh, keypoints, scores[kept], strict=True)
+    ]
+
+
+def _logit_threshold(post: Any) -> float:
+    return math.log(post.score_threshold / (1 - post.score_threshold))
+
+
+def _reference_nms(post: Any, regressors: np.ndarray, logits: np.ndarray) -> Found:
+    """One frame's host NMS from its (N, 16) regressors and (N, 1) logits."""
+    logits = logits.reshape(-1)
+    kept = np.flatnonzero(logits >= _logit_threshold(post))
+    scores = 1.0 / (1.0 + np.exp(-np.clip(logits[kept].astype(np.float64), -100, 100)))
+    boxes, points = decode_boxes(regressors[kept], post.anchors[kept])
+    return weighted_nms(boxes, points, scores, post.iou_threshold, post.max_detections)
+
+
+def _reference(
+    post: Any, outputs: list[np.ndarray], transforms: list[LetterboxTransform]
+) -> Results:
+    """The host path frame by frame, from the public pieces."""
+    regressors, logits = outputs  # both BlazeFace models give the regressors first
+    return [
+        {"detections": _reference_to_image(_reference_nms(post, regressors[i], logits[i]), t)}
+        for i, t in enumerate(transforms)
+    ]
+
+
+def _blazeface(chain: Chain, params: dict[str, Any], operators: OnnxOperators | None = None) -> Any:
+    table = PluginConfig(kind="blazeface", **params)
+    return POSTPROCESSORS.create(table, chain.info, "test", operators)
+
+
+def _padded(outputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The outputs with one more batch row full of confident candidates (batch padding)."""
+    return [np.concatenate([o, np.full_like(o[:1], 8)]) for o in outputs]
+
+
+HOST_PARAMS: list[dict[str, Any]] = [
+    {},
+    {"score_threshold": 0.1},
+    {"score_threshold": 0.1, "max_detections": 1},
+]
+
+
+def test_batch_equals_the_per_frame_reference_on_model_outputs(
+    chain: Chain, carphone_and_stills: list[np.ndarray]
+) -> None:
+    """Carphone and the stills in batches of 8 (and a padding row): at the default threshold
+    (one face per carphone frame), at 0.1 (clusters of many candidates; 208 on chelsea) and
+    with one detection per frame at most."""
+    posts = [_blazeface(chain, params) for params in HOST_PARAMS]
+    for start in range(0, len(carphone_and_stills), 8):
+        outputs, transforms = chain.infer(carphone_and_stills[start : start + 8])
+        for post in posts:
+            assert post(_padded(outputs), transforms) == _reference(post, outputs, transforms)
+
+
+IMAGE_SIZES = [(176, 144), (640, 480), (300, 200), (200, 300), (1000, 100), (37, 53), (128, 128)]
+"""(width, height) of the random batch's frames; the third one's top border is 21 pixels or
+more on either model (a box inside it is dropped)."""
+
+
+def _random_batch(
+    rng: np.random.Generator, post: Any, frames: int
+) -> tuple[list[np.ndarray], list[LetterboxTransform]]:
+    """Outputs of ``frames`` frames and one padding row, and a transform per frame.
+
+    Frame 0 has no candidate, frame 1 one in the middle, frame 2 one whose box lies in the top
+    border, the others 5..80 candidates with boxes of 4..60 pixels near their anchors, some
+    sticking out of the input or the image. Every logit below the threshold is at least 1
+    below it.
+    """
+    n_anchors, size = len(post.anchors), post.variant.input_size
+    threshold = _logit_threshold(post)
+    regressors = rng.normal(0, 6, (frames + 1, n_anchors, 16)).astype(np.float32)
+    regressors[:, :, 2:4] = rng.uniform(4, 60, (frames + 1, n_anchors, 2))
+    logits = rng.uniform(-20, threshold - 1, (frames + 1, n_anchors, 1)).astype(np.float32)
+    centre = np.argmin(np.abs(post.anchors - size / 2).sum(axis=1))
+    logits[1, centre] = threshold + 1
+    regressors[1, centre, :4] = (0, 0, 20, 20)
+    logits[2, 0] = threshold + 2  # the anchor nearest the top-left corner
+    regressors[2, 0, :4] = (0, 0, 4, 4)
+    for i in range(3, frames):
+        anchors = rng.choice(n_anchors, rng.integers(5, 81), replace=False)
+        logits[i, anchors, 0] = rng.uniform(threshold, 8, len(anchors))
+    logits[frames] = 8  # padding
+    sizes = [IMAGE_SIZES[i % len(IMAGE_SIZES)] for i in range(frames)]
+    transforms = [LetterboxTransform.fit(w, h, size, size) for w, h in sizes]
+    transforms[-1] = LetterboxTransform.fit(88, 72, size, size).enlarged(2, 176, 144)
+    return [regressors, logits], transforms
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batch_equals_the_per_frame_reference_on_random_outputs(chain: Chain, seed: int) -> None:
+    """Frames of 0, 1 and many candidates, of different sizes, in one batch with padding."""
+    rng = np.random.default_rng(seed)
+    for params in [{}, {"iou_threshold": 0.1, "max_detections": 3}]:
+        post = _blazeface(chain, params)
+        outputs, transforms = _random_batch(rng, post, frames=12)
+        got = post(outputs, transforms)
+        assert got == _reference(post, [o[:-1] for o in outputs], transforms)
+        counts = [len(r["detections"]) for r in got]
+        assert counts[:3] == [0, 1, 0] and max(counts) > 1
+
+
+def test_operator_nms_maps_like_the_per_frame_reference(
+    short_chain: Chain, carphone_frames: list[np.ndarray]
+) -> None:
+    """``nms = "operator"``: the operators' clusters of each frame, mapped frame by frame."""
+    rng = np.random.default_rng(7)
+    with OnnxOperators() as operators:
+        post = _blazeface(short_chain, {"nms": "operator", "score_threshold": 0.1}, operators)
+        nms = OperatorNms(
+            operators,
+            post.anchors,
+            decode_boxes,
+            _logit_threshold(post),
+            post.iou_threshold,
+            post.max_detections,
+        )
+        batches = [short_chain.infer(carphone_frames[:8]), _random_batch(rng, post, frames=12)]
+        for outputs, transforms in batches:
+            regressors, logits = outputs
+            found = nms(regressors, logits, len(transforms))
+            assert post(outputs, transforms) == [
+                {"detections": _reference_to_image(f, t)}
+                for f, t in zip(found, transforms, strict=True)
+            ]
