@@ -50,7 +50,8 @@ class Frame:
         payload: the encoded bytes; released once decoded.
         image: the decoded image, BGR uint8 of shape (height, width, 3); kept after
             preprocessing only while a later stage needs it.
-        width, height: size of the decoded image in pixels (0 until decoded).
+        width, height: size of the image in pixels, from its header once the ingress checked
+            it, as decoded after that (0 until then).
         tensor: the model input for this frame without the batch axis, e.g. float32
             (3, 128, 128) NCHW for BlazeFace.
         transform: maps model-input pixel coordinates back to image pixels (set by the

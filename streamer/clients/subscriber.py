@@ -135,7 +135,6 @@ class Subscriber(Closing):
         """Close the socket; idempotent."""
         self._socket.close()
 
-
     def _parse(self, parts: list[bytes]) -> dict[str, Any] | None:
         if len(parts) != 2:
             return None
@@ -319,7 +318,6 @@ class Annotator(Closing):
         self._writer.release()
         self._capture.release()
         return self.frames_written
-
 
     def _write_next(self, result: dict[str, Any] | None) -> bool:
         ok, frame = self._capture.read()

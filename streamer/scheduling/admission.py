@@ -3,8 +3,10 @@
 Every item an ingress receives is offered here. A frame that names its source is first
 checked against the source's stream and given its place in it
 (:class:`~streamer.scheduling.sources.SourceTracker`), failed frames included, so that egress
-publishes their error results in order too; then the decode and preprocessing of a good
-frame start on the worker pool, and the frame is queued in arrival order. What happens when
+publishes their error results in order too; then a good frame is prepared for the chain's
+first stage (small raw frames at once, the rest on the worker pool: the pipeline decides), and
+it is queued in arrival order. The batcher takes what is queued in bulk
+(:class:`~streamer.scheduling.mailbox.Mailbox`). What happens when
 the queue is full is the ingress's ``on_full`` policy:
 
 - ``block``: the ingress waits, stops reading its socket, and ZeroMQ's high-water marks push
@@ -21,10 +23,7 @@ them). Markers (end-of-stream, stop, model swap) are never dropped nor held back
 
 from __future__ import annotations
 
-import collections
-import queue
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -32,20 +31,23 @@ from typing import Any
 from streamer.config import FullPolicy
 from streamer.errors import Reason
 from streamer.frames import EndOfStream, Frame, OutcomeCounts
+from streamer.scheduling.mailbox import Mailbox
 from streamer.scheduling.sources import SourceTracker
 
 __all__ = ["AdmissionQueue"]
 _POLL_S = 0.1
 
 
-class AdmissionQueue:
-    """Ingress → batcher queue. ``offer`` from any ingress thread, ``get`` from the batcher.
+class AdmissionQueue(Mailbox):
+    """Ingress → batcher queue: ``offer`` from any ingress thread, :meth:`Mailbox.take` from
+    the batcher.
 
     Args:
         capacity: frames queued at most (markers do not count).
         tracker: per-source seq checks and arrival order.
-        prepare: starts decode+preprocessing of a frame on the worker pool; called under
-            the queue's lock, so it must not block.
+        prepare: prepares a frame for the chain's first stage, or starts that on the worker
+            pool and returns its future; called under the queue's lock, right before the
+            frame is queued.
         counts: outcome counters (drops are counted here).
         on_drop: told about every frame dropped here.
         abort: set when the pipeline gives up; a blocked ``offer`` then returns.
@@ -55,26 +57,24 @@ class AdmissionQueue:
         self,
         capacity: int,
         tracker: SourceTracker,
-        prepare: Callable[[Frame], Future[Frame]],
+        prepare: Callable[[Frame], Future[Frame] | None],
         counts: OutcomeCounts,
         on_drop: Callable[[Frame], None],
         abort: threading.Event,
     ) -> None:
+        super().__init__()
         self._capacity = capacity
         self._tracker = tracker
         self._prepare = prepare
         self._counts = counts
         self._on_drop = on_drop
         self._abort = abort
-        self._items: collections.deque[Any] = collections.deque()
         self._frames = 0
         self._newest: dict[str, Frame] = {}
-        # Two conditions on one lock, so a pop wakes only a blocked ingress and an append only
-        # the batcher; a blocked ingress resumes once a quarter of the queue is free, not at
-        # every pop, so a full queue does not cost two thread switches per frame.
-        lock = threading.Lock()
-        self._not_empty = threading.Condition(lock)
-        self._not_full = threading.Condition(lock)
+        # A second condition on the mailbox's lock, so a take wakes only a blocked ingress; a
+        # blocked ingress resumes once a quarter of the queue is free, not at every take, so
+        # a full queue does not cost two thread switches per frame.
+        self._not_full = threading.Condition(self._lock)
         self._resume_at = capacity - max(1, capacity // 4)
         self._blocked = 0
 
@@ -95,11 +95,13 @@ class AdmissionQueue:
                 self._supersede(item)
             while self._frames >= self._capacity:
                 self._drop_oldest()
-            # Started under the lock, right before the frame takes its place: a marker queued
-            # with a switch (a reload) cannot come between the two.
+            # Prepared under the lock, right before the frame takes its place: a marker
+            # queued with a switch (a reload) cannot come between the two.
             if item.error is None:
                 item.pending = self._prepare(item)
-            self._append(item)
+            self._frames += 1
+            self._newest[item.source] = item
+            self._push(item)
 
     def put_marker(self, item: Any, switch: Callable[[], None] | None = None) -> None:
         """Queue a marker (end-of-stream, stop) behind everything already queued.
@@ -111,37 +113,10 @@ class AdmissionQueue:
                 every frame after it after (a reload switches the chain frames are prepared
                 for).
         """
-        with self._not_empty:
+        with self._ready:
             if switch is not None:
                 switch()
-            self._items.append(item)
-            self._not_empty.notify()
-
-    def get(self, timeout: float | None = None) -> Any:
-        """The oldest item, waiting up to ``timeout`` s.
-
-        Raises:
-            queue.Empty: nothing arrived in time.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._not_empty:
-            while not self._items:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise queue.Empty
-                self._not_empty.wait(left)
-            return self._pop()
-
-    def get_nowait(self) -> Any:
-        """The oldest item if one is queued.
-
-        Raises:
-            queue.Empty: nothing is queued.
-        """
-        with self._not_empty:
-            if not self._items:
-                raise queue.Empty
-            return self._pop()
+            self._push(item)
 
     def qsize(self) -> int:
         """Frames queued now (a gauge)."""
@@ -160,21 +135,14 @@ class AdmissionQueue:
             self._blocked -= 1
         return True
 
-    def _append(self, frame: Frame) -> None:
-        self._items.append(frame)
-        self._frames += 1
-        self._newest[frame.source] = frame
-        self._not_empty.notify()
-
-    def _pop(self) -> Any:
-        item = self._items.popleft()
-        if isinstance(item, Frame):
-            self._frames -= 1
-            if self._newest.get(item.source) is item:
-                del self._newest[item.source]
-            if self._blocked and self._frames <= self._resume_at:
-                self._not_full.notify_all()
-        return item
+    def _taken(self, items: list[Any]) -> None:
+        for item in items:
+            if isinstance(item, Frame):
+                self._frames -= 1
+                if self._newest.get(item.source) is item:
+                    del self._newest[item.source]
+        if self._blocked and self._frames <= self._resume_at:
+            self._not_full.notify_all()
 
     def _supersede(self, frame: Frame) -> None:
         older = self._newest.get(frame.source)

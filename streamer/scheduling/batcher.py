@@ -34,17 +34,14 @@ from streamer.scheduling.replica import Dispatcher
 __all__ = ["Batcher", "Inbox"]
 
 _POLL_S = 0.1
-_EMPTY = object()
 
 
 class Inbox(Protocol):
-    """The batcher's input (the pipeline's admission queue)."""
+    """The batcher's input (:class:`~streamer.scheduling.mailbox.Mailbox`; stage 0's is the
+    pipeline's admission queue)."""
 
-    def get(self, timeout: float | None = None) -> Any:
-        """Oldest item within ``timeout`` s; raises queue.Empty."""
-
-    def get_nowait(self) -> Any:
-        """Oldest item now; raises queue.Empty."""
+    def take(self, wanted: int, timeout: float) -> list[Any]:
+        """Everything queued once ``wanted`` items or a marker are, or after ``timeout`` s."""
 
 
 @dataclass(slots=True)
@@ -95,37 +92,29 @@ class Batcher(Worker):
 
     def loop(self) -> None:
         while not self._abort.is_set():
-            item = self._take()
-            if item is _EMPTY:
-                self._flush_due()
-            elif isinstance(item, Frame):
-                self._add(item)
-            elif isinstance(item, Batch):
-                self._hand_over(item)
-            else:
-                self._flush_all()
-                if item is STOP:
-                    self._dispatcher.broadcast(STOP)
-                    return
-                self._outbox.put(item)
+            for item in self._take():
+                if isinstance(item, Frame):
+                    self._add(item)
+                elif isinstance(item, Batch):
+                    self._hand_over(item)
+                else:
+                    self._flush_all()
+                    if item is STOP:
+                        self._dispatcher.broadcast(STOP)
+                        return
+                    self._outbox.put(item)
+            self._flush_due()
 
-    def _take(self) -> Any:
-        """Next item; ``_EMPTY`` when a group is due and nothing more is waiting."""
-        while not self._abort.is_set():
-            timeout = _POLL_S
-            if self._groups:
-                due = min(g.deadline_ns for g in self._groups.values())
-                timeout = min((due - time.monotonic_ns()) / 1e9, _POLL_S)
-                if timeout <= 0:
-                    try:
-                        return self._inbox.get_nowait()
-                    except queue.Empty:
-                        return _EMPTY
-            try:
-                return self._inbox.get(timeout=timeout)
-            except queue.Empty:
-                continue
-        return STOP
+    def _take(self) -> list[Any]:
+        """What is queued once the fullest group can fill, the earliest deadline passed (every
+        frame already waiting then is taken too, so batches grow on their own under load) or
+        a marker came; at most ``_POLL_S`` later."""
+        timeout, wanted = _POLL_S, 1
+        if self._groups:
+            due = min(g.deadline_ns for g in self._groups.values())
+            timeout = min(max(0.0, (due - time.monotonic_ns()) / 1e9), _POLL_S)
+            wanted = self._policy.max_size - max(len(g.frames) for g in self._groups.values())
+        return self._inbox.take(wanted, timeout)
 
     def _add(self, frame: Frame) -> None:
         if frame.pending is not None:

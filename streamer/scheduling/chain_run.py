@@ -13,7 +13,6 @@ up without stopping the one in service.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from streamer.scheduling.batcher import Batcher
 from streamer.scheduling.chain import ChainRouter, ChainStage
 from streamer.scheduling.dequeuer import Dequeuer
 from streamer.scheduling.enqueuer import Enqueuer
+from streamer.scheduling.mailbox import Mailbox
 from streamer.scheduling.policy import BatchPolicy
 from streamer.scheduling.replica import Dispatcher, Replica, every_replica_failed
 from streamer.vision.stages import ItemStage
@@ -82,7 +82,7 @@ class ChainRun:
         self.stages = list(stages)
         self.abort = threading.Event()
         self.keep_images = any(s.items is not None for s in self.stages[1:])
-        self._inboxes = [admission, *(queue.Queue() for _ in self.stages[1:])]
+        self._inboxes = [admission, *(Mailbox() for _ in self.stages[1:])]
         router = ChainRouter(
             [
                 ChainStage(s.name, s.items, inbox, s.tensor_fed)

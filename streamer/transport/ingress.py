@@ -236,11 +236,14 @@ class Ingress(Worker):
         return topic.nbytes <= self._longest_topic and bytes(topic) in self._topics
 
     def _check(self, frame: Frame) -> None:
-        """Fail at once a frame that :func:`check_payload` refuses (no pixel is decoded)."""
+        """Fail at once a frame that :func:`check_payload` refuses (no pixel is decoded), or
+        give it its size."""
         if frame.error is not None or frame.payload is None:
             return
         try:
-            check_payload(frame.encoding, frame.payload, frame.header, self.limits)
+            frame.width, frame.height = check_payload(
+                frame.encoding, frame.payload, frame.header, self.limits
+            )
         except FrameError as error:
             frame.fail(error)
 

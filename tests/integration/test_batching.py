@@ -21,6 +21,7 @@ from streamer.runtime import ModelSpec, QueueModel, open_backend
 from streamer.scheduling.batcher import Batcher
 from streamer.scheduling.dequeuer import Dequeuer
 from streamer.scheduling.enqueuer import Enqueuer
+from streamer.scheduling.mailbox import Mailbox
 from streamer.scheduling.policy import BatchPolicy
 from streamer.scheduling.replica import Dispatcher, Replica
 
@@ -64,7 +65,7 @@ def frames(count: int) -> list[Frame]:
 
 def run_queued(model: QueueModel, policy: BatchPolicy, items: list[Frame]) -> list[Frame]:
     """Queue every frame first, then run the stage's threads until STOP."""
-    inbox: queue.Queue[object] = queue.Queue()
+    inbox = Mailbox()
     for item in items:
         inbox.put(item)
     inbox.put(STOP)
@@ -140,7 +141,7 @@ def test_static_batch_8_flushes_five_frames_on_the_deadline(
         assert loaded.info.batch_gears == (8,)
         model = Recording(loaded)
         policy = BatchPolicy.for_model(BatchConfig(max_size=8, max_delay_ms=20), model.info)
-        inbox: queue.Queue[object] = queue.Queue()
+        inbox = Mailbox()
         out: queue.SimpleQueue[object] = queue.SimpleQueue()
         abort = threading.Event()
         replica = Replica(0, 0, model)

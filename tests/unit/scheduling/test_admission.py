@@ -1,4 +1,3 @@
-import queue
 import threading
 import time
 from concurrent.futures import Future
@@ -16,9 +15,7 @@ def make(capacity: int = 2) -> tuple[AdmissionQueue, OutcomeCounts, list[Frame],
         future: Future[Frame] = Future()
         return future
 
-    admission = AdmissionQueue(
-        capacity, SourceTracker(60), prepare, counts, dropped.append, abort
-    )
+    admission = AdmissionQueue(capacity, SourceTracker(60), prepare, counts, dropped.append, abort)
     return admission, counts, dropped, abort
 
 
@@ -27,12 +24,7 @@ def frame(source: str, seq: int) -> Frame:
 
 
 def drain(admission: AdmissionQueue) -> list:
-    items = []
-    while True:
-        try:
-            items.append(admission.get_nowait())
-        except queue.Empty:
-            return items
+    return admission.take(1, 0)
 
 
 def test_drop_oldest_keeps_the_newest_frames() -> None:
@@ -61,9 +53,9 @@ def test_block_waits_for_room_and_gives_up_on_abort() -> None:
     blocked.start()
     blocked.join(0.2)
     assert blocked.is_alive()
-    assert admission.get(timeout=1).seq == 0
+    assert [f.seq for f in admission.take(1, 1)] == [0]
     blocked.join(2)
-    assert not blocked.is_alive() and admission.get(timeout=1).seq == 1
+    assert not blocked.is_alive() and [f.seq for f in admission.take(1, 1)] == [1]
     admission.offer(frame("a", 2), "block")
     abort.set()
     admission.offer(frame("a", 3), "block")
@@ -86,5 +78,5 @@ def test_failed_frames_are_queued_without_preparation() -> None:
     broken = frame("", -1)
     broken.fail(FrameError(Reason.BAD_HEADER, "x"))
     admission.offer(broken, "block")
-    item = admission.get(timeout=1)
+    [item] = admission.take(1, 1)
     assert item is broken and item.pending is None and item.order == -1

@@ -20,6 +20,7 @@ from streamer.runtime.base import InferenceOutputs, ModelInfo, QueueModel, Tenso
 from streamer.scheduling.batcher import Batcher
 from streamer.scheduling.dequeuer import Dequeuer
 from streamer.scheduling.enqueuer import Enqueuer
+from streamer.scheduling.mailbox import Mailbox
 from streamer.scheduling.policy import BatchPolicy
 from streamer.scheduling.replica import Dispatcher, Replica
 
@@ -72,7 +73,7 @@ class Stage:
     """A batcher, one replica's enqueue and dequeue threads, and the queue after them."""
 
     def __init__(self, models: list[QueueModel], policy: BatchPolicy) -> None:
-        self.inbox: queue.Queue[object] = queue.Queue()
+        self.inbox = Mailbox()
         self.out: queue.SimpleQueue[object] = queue.SimpleQueue()
         abort = threading.Event()
         self.replicas = [Replica(i, i, model) for i, model in enumerate(models)]
