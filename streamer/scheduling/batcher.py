@@ -4,9 +4,9 @@ It takes prepared frames in arrival order and groups them by input shape (frames
 different resolution gears never share a batch). A group is flushed when it holds
 ``max_size`` frames, when its oldest frame has waited ``max_delay_ms`` since it was received
 (the *deadline*), or when a marker (end of stream, stop) comes. After a deadline it
-still takes every frame already waiting before it flushes, so batches grow on their own under
-load. A flushed group is cut into executions at the model's gears
-(:meth:`BatchPolicy.plan`), each stacked into one padded array and handed to the
+still takes the frames already waiting (a batch's worth at a time) before it flushes, so
+batches grow on their own under load. A flushed group is cut into executions at the model's
+gears (:meth:`BatchPolicy.plan`), each stacked into one padded array and handed to the
 :class:`~streamer.scheduling.replica.Dispatcher`, whose replicas' enqueue threads feed the
 models. Failed frames and end-of-stream markers go straight on towards egress, which puts
 every source back in order. A ``tensor`` stage's batcher groups nothing: each upstream batch
@@ -40,8 +40,9 @@ class Inbox(Protocol):
     """The batcher's input (:class:`~streamer.scheduling.mailbox.Mailbox`; stage 0's is the
     pipeline's admission queue)."""
 
-    def take(self, wanted: int, timeout: float) -> list[Any]:
-        """Everything queued once ``wanted`` items or a marker are, or after ``timeout`` s."""
+    def take(self, wanted: int, timeout: float, limit: int | None = None) -> list[Any]:
+        """What is queued up to and including the first marker, at most ``limit`` items,
+        once ``wanted`` items or a marker are, or after ``timeout`` s."""
 
 
 @dataclass(slots=True)
@@ -106,15 +107,17 @@ class Batcher(Worker):
             self._flush_due()
 
     def _take(self) -> list[Any]:
-        """What is queued once the fullest group can fill, the earliest deadline passed (every
-        frame already waiting then is taken too, so batches grow on their own under load) or
-        a marker came; at most ``_POLL_S`` later."""
+        """What is queued, a batch's worth at most, once the fullest group can fill, the
+        earliest deadline passed (frames already waiting then are taken too, so batches grow
+        on their own under load) or a marker came; at most ``_POLL_S`` later. Frames beyond
+        a batch's worth stay in the inbox while this thread waits for a replica, where
+        admission's full policies can still drop them."""
         timeout, wanted = _POLL_S, 1
         if self._groups:
             due = min(g.deadline_ns for g in self._groups.values())
             timeout = min(max(0.0, (due - time.monotonic_ns()) / 1e9), _POLL_S)
             wanted = self._policy.max_size - max(len(g.frames) for g in self._groups.values())
-        return self._inbox.take(wanted, timeout)
+        return self._inbox.take(wanted, timeout, self._policy.max_size)
 
     def _add(self, frame: Frame) -> None:
         if frame.pending is not None:

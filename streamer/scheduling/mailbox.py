@@ -4,7 +4,8 @@ A batcher that woke for every frame would cost a thread switch and a GIL hand-of
 (tens of microseconds of CPU each on a loaded 2-core machine, measured by ``streamer bench``
 as the "batching" stage). Instead it says how many frames it still needs to fill a batch, and
 :meth:`Mailbox.take` returns once that many are queued, a marker is, or its deadline passed:
-about one wake per batch.
+about one wake per batch. A take ends at the first marker, so a consumer that returns at
+STOP leaves what came after it queued.
 """
 
 from __future__ import annotations
@@ -36,9 +37,17 @@ class Mailbox:
         with self._ready:
             self._push(item)
 
-    def take(self, wanted: int, timeout: float) -> list[Any]:
-        """Everything queued, in order, once ``wanted`` items (at least 1) or a marker are
-        queued or ``timeout`` seconds passed; possibly nothing."""
+    def take(self, wanted: int, timeout: float, limit: int | None = None) -> list[Any]:
+        """What is queued, in order, up to and including the first marker and at most
+        ``limit`` items (None: no limit), once ``wanted`` items (at least 1) or a marker are
+        queued or ``timeout`` seconds passed; possibly nothing.
+
+        What is behind a marker stays for the next take: behind a reload's STOP wait the
+        frames prepared for the new chain, whose batcher takes them once the old one has
+        returned at STOP. What is beyond ``limit`` stays too: the batcher takes a batch's
+        worth, so frames it could not dispatch yet stay where admission's full policies can
+        still drop them.
+        """
         deadline = time.monotonic() + timeout
         with self._ready:
             self._wanted = max(1, wanted)
@@ -48,10 +57,24 @@ class Mailbox:
                     break
                 self._ready.wait(left)
             self._wanted = 1
+            items = self._pop(limit)
+            self._taken(items)
+        return items
+
+    def _pop(self, limit: int | None) -> list[Any]:
+        """Under the lock: remove and return the queued items up to and including the first
+        marker, at most ``limit`` of them."""
+        if not self._markers and (limit is None or len(self._items) <= limit):
             items = list(self._items)
             self._items.clear()
-            self._markers = 0
-            self._taken(items)
+            return items
+        items = []
+        while self._items and (limit is None or len(items) < limit):
+            item = self._items.popleft()
+            items.append(item)
+            if not isinstance(item, Frame):
+                self._markers -= 1
+                break
         return items
 
     def qsize(self) -> int:

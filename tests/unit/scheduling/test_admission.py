@@ -68,7 +68,8 @@ def test_markers_are_never_dropped_and_stale_frames_are() -> None:
     admission.offer(frame("a", 5), "drop_oldest")
     admission.offer(EndOfStream("a", 5), "drop_oldest")
     admission.put_marker("stop")
-    items = drain(admission)
+    items = drain(admission)  # a take ends at a marker
+    items += drain(admission)
     assert isinstance(items[1], EndOfStream) and items[1].order == 1 and items[2] == "stop"
     assert counts.snapshot().dropped == {"stale_seq": 1}
 
@@ -80,3 +81,20 @@ def test_failed_frames_are_queued_without_preparation() -> None:
     admission.offer(broken, "block")
     [item] = admission.take(1, 1)
     assert item is broken and item.pending is None and item.order == -1
+
+
+def test_frames_offered_after_a_reloads_marker_wait_for_the_new_batcher() -> None:
+    """A reload queues STOP with its switch while frames keep coming: the old chain's
+    batcher, which returns at STOP, takes only what came before it."""
+    admission, counts, _, _ = make(capacity=8)
+    switched: list[bool] = []
+    for seq in range(2):
+        admission.offer(frame("a", seq), "block")
+    admission.put_marker("stop", lambda: switched.append(True))
+    for seq in range(2, 4):
+        admission.offer(frame("a", seq), "block")
+    old = admission.take(8, 1)
+    assert switched and [f.seq for f in old[:-1]] == [0, 1] and old[-1] == "stop"
+    assert admission.qsize() == 2
+    assert [f.seq for f in admission.take(2, 1)] == [2, 3]
+    assert counts.snapshot().dropped == {}

@@ -54,3 +54,25 @@ def test_everything_queued_is_taken_even_beyond_wanted() -> None:
     for seq in range(5):
         mailbox.put(frame(seq))
     assert [f.seq for f in mailbox.take(2, 1)] == [0, 1, 2, 3, 4]
+
+
+def test_a_take_ends_at_a_marker() -> None:
+    """What is queued behind a marker waits for the next take: behind a reload's STOP are
+    the frames prepared for the new chain, whose batcher takes them (the old one returns at
+    STOP and would lose them)."""
+    mailbox = Mailbox()
+    for item in (frame(0), STOP, frame(1), frame(2)):
+        mailbox.put(item)
+    first = mailbox.take(8, 1)
+    assert first[0].seq == 0 and first[1:] == [STOP]
+    assert [f.seq for f in mailbox.take(2, 0)] == [1, 2]
+
+
+def test_a_take_returns_at_most_its_limit() -> None:
+    mailbox = Mailbox()
+    for seq in range(5):
+        mailbox.put(frame(seq))
+    mailbox.put(STOP)
+    assert [f.seq for f in mailbox.take(1, 0, limit=2)] == [0, 1]
+    rest = mailbox.take(1, 0, limit=8)
+    assert [f.seq for f in rest[:-1]] == [2, 3, 4] and rest[-1] is STOP
