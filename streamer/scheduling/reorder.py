@@ -33,6 +33,9 @@ class _Stream:
     next_order: int = 0
     held: dict[int, Any] = field(default_factory=dict)
     held_since_ns: int = 0
+    skipped: int = 0
+    """Entries of ``held`` that are dropped frames' places, not frames: they do not count
+    towards the window (a ``drop_oldest`` queue drops frames behind ones still running)."""
 
 
 class ReorderBuffer:
@@ -79,7 +82,7 @@ class ReorderBuffer:
         else:
             self._hold(stream, item.order, item, now)
             released += self._drain(stream)
-            if len(stream.held) > self._window:
+            if len(stream.held) - stream.skipped > self._window:
                 released += self._give_up(stream)
         self._forget_if_ended(key, stream, released)
         return released
@@ -130,6 +133,7 @@ class ReorderBuffer:
             stream = self._stream(key, now)
             if order >= stream.next_order:
                 self._hold(stream, order, _SKIPPED, now)
+                stream.skipped += 1
                 out = self._drain(stream)
                 self._forget_if_ended(key, stream, out)
                 released += out
@@ -140,7 +144,9 @@ class ReorderBuffer:
         while stream.next_order in stream.held:
             item = stream.held.pop(stream.next_order)
             stream.next_order += 1
-            if item is not _SKIPPED:
+            if item is _SKIPPED:
+                stream.skipped -= 1
+            else:
                 released.append(item)
         if stream.held:
             stream.held_since_ns = time.monotonic_ns()

@@ -64,3 +64,16 @@ def test_unsequenced_items_pass() -> None:
     buffer = ReorderBuffer(window=8, timeout_s=1, idle_evict_s=60)
     broken = Frame("", -1, 0, 0.0)
     assert buffer.push(broken) == [broken]
+
+
+def test_dropped_frames_do_not_fill_the_window() -> None:
+    """``drop_oldest`` under overload drops frames queued behind those still running: they
+    are no reason to give up on a running one, which would then be published late, out of
+    order."""
+    buffer = ReorderBuffer(window=4, timeout_s=10, idle_evict_s=60)
+    for order in range(10, 20):
+        buffer.skip(frame(order))
+    assert buffer.push(frame(1)) == []  # frame 0 still runs on another replica
+    assert orders(buffer.push(frame(0))) == [0, 1]
+    assert [orders(buffer.push(frame(i))) for i in range(2, 10)] == [[i] for i in range(2, 10)]
+    assert buffer.gave_up == buffer.late == buffer.held() == 0
