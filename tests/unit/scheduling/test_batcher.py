@@ -72,8 +72,10 @@ def postprocess(outputs: Sequence[np.ndarray], frames: list[Frame]) -> None:
 class Stage:
     """A batcher, one replica's enqueue and dequeue threads, and the queue after them."""
 
-    def __init__(self, models: list[QueueModel], policy: BatchPolicy) -> None:
-        self.inbox = Mailbox()
+    def __init__(
+        self, models: list[QueueModel], policy: BatchPolicy, inbox: Mailbox | None = None
+    ) -> None:
+        self.inbox = Mailbox() if inbox is None else inbox
         self.out: queue.SimpleQueue[object] = queue.SimpleQueue()
         abort = threading.Event()
         self.replicas = [Replica(i, i, model) for i, model in enumerate(models)]
@@ -212,11 +214,14 @@ def test_batches_spread_over_replicas_and_a_failed_replica_leaves_rotation() -> 
     out = stage.finish()
     frames = frames_of(out)
     assert len(frames) == 20 and healthy.sizes and failing.sizes
-    assert len(failing.sizes) <= 4  # out of rotation after 3 failures in a row
+    # Out of rotation after 3 failures in a row: how many more it executed before its dequeue
+    # thread counted the third depends on thread timing, but not half of the batches.
+    assert 3 <= len(failing.sizes) <= 10
     assert stage.replicas[1].failed is not None and stage.replicas[0].failed is None
     failed = [f for f in frames if f.error is not None]
-    # Its executed batches failed, and so did those dispatched to it before it left rotation.
-    assert len(failing.sizes) <= len(failed) <= len(failing.sizes) + 2
+    # Every frame the healthy replica did not run failed: those the failing one executed and
+    # those dispatched to it before it left rotation.
+    assert len(failed) == 20 - sum(healthy.sizes) >= len(failing.sizes)
     assert all(f.error.reason == "inference_failed" for f in failed)
 
 
@@ -241,3 +246,34 @@ def test_default_gears_for_a_free_batch_dim() -> None:
     configured = BatchConfig(max_size=8, gears=(1, 8))
     info = ModelInfo("free", (tensor,), (tensor,), batch_gears=(1, 8))
     assert BatchPolicy.for_model(configured, info).gears == (1, 8)
+
+
+class GatedModel(EchoModel):
+    """An echo model whose executions wait until ``gate`` is set: its replica stays busy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def enqueue(self, inputs: Sequence[np.ndarray]) -> None:
+        self.gate.wait(30)
+        super().enqueue(inputs)
+
+
+def test_frames_the_replicas_cannot_take_yet_stay_in_the_inbox() -> None:
+    """With its replica busy the batcher holds one batch it cannot dispatch, and the frames
+    behind it stay queued, where admission's ``drop_oldest`` and ``latest`` can still drop
+    them: a batcher that took all 20 would keep a full queue's worth more frames waiting
+    (twice the latency under overload)."""
+    model, inbox = GatedModel(), Mailbox()
+    for seq in range(20):
+        inbox.put(frame(seq))
+    stage = Stage([model], BatchPolicy(4, 10**10, ()), inbox)
+    replica = stage.replicas[0]
+    while not replica.submit.full():  # batch 0 executes (held), batch 1 waits for it
+        time.sleep(0.01)
+    queued = inbox.qsize()
+    model.gate.set()
+    out = stage.finish()
+    assert queued >= 20 - 3 * 4  # batch 2 at most was taken besides
+    assert model.sizes == [4] * 5 and [f.seq for f in frames_of(out)] == list(range(20))
