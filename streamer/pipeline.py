@@ -266,8 +266,8 @@ class Pipeline:
     def _submit(self, frame: Frame) -> Future[Frame] | None:
         """Prepare ``frame`` for the current chain's first stage: a small raw frame for a
         single stage at once, on the calling ingress thread (None); anything else on the
-        worker pool (its future). Called under admission's lock, which a reload's switch of
-        the chain also takes."""
+        worker pool (its future). Called by admission, never while a reload switches the
+        chain."""
         assert self._pool is not None
         limits = widest_limits(self.config.ingress)
         stage, keep = self._stages[0], self._chain.keep_images

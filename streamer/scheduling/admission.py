@@ -46,8 +46,8 @@ class AdmissionQueue(Mailbox):
         capacity: frames queued at most (markers do not count).
         tracker: per-source seq checks and arrival order.
         prepare: prepares a frame for the chain's first stage, or starts that on the worker
-            pool and returns its future; called under the queue's lock, right before the
-            frame is queued.
+            pool and returns its future; called on the offering thread outside the queue's
+            lock, never while a reload switches the chain.
         counts: outcome counters (drops are counted here).
         on_drop: told about every frame dropped here.
         abort: set when the pipeline gives up; a blocked ``offer`` then returns.
@@ -77,9 +77,20 @@ class AdmissionQueue(Mailbox):
         self._not_full = threading.Condition(self._lock)
         self._resume_at = capacity - max(1, capacity // 4)
         self._blocked = 0
+        # Preparations under way outside the lock, and whether a reload's switch waits for
+        # them (new ones wait for the switch meanwhile).
+        self._prepared = threading.Condition(self._lock)
+        self._preparing = 0
+        self._switching = False
 
     def offer(self, item: Frame | EndOfStream, policy: FullPolicy) -> None:
-        """Admit one received item under ``policy`` (see the module docstring)."""
+        """Admit one received item under ``policy`` (see the module docstring).
+
+        A good frame is prepared before the queue's lock is taken, so that several
+        ingresses prepare at once and the batcher never waits on a letterbox to take its
+        batch; a reload's switch of the chain waits for preparations under way
+        (:meth:`put_marker`).
+        """
         if isinstance(item, EndOfStream):
             self._tracker.end(item)
             self.put_marker(item)
@@ -87,40 +98,82 @@ class AdmissionQueue(Mailbox):
         if item.source and item.seq >= 0 and not self._tracker.admit(item):
             self._counts.dropped(Reason.STALE_SEQ)
             return
+        if item.error is not None:
+            with self._not_full:
+                self._queue(item, policy)
+            return
+        self._begin_preparing()
+        try:
+            item.pending = self._prepare(item)
+        except BaseException:
+            with self._lock:
+                self._end_preparing()
+            raise
         with self._not_full:
-            if policy == "block" and not self._wait_for_room():
-                self._drop(item, Reason.SHUTDOWN)
-                return
-            if policy == "latest":
-                self._supersede(item)
-            while self._frames >= self._capacity:
-                self._drop_oldest()
-            # Prepared under the lock, right before the frame takes its place: a marker
-            # queued with a switch (a reload) cannot come between the two.
-            if item.error is None:
-                item.pending = self._prepare(item)
-            self._frames += 1
-            self._newest[item.source] = item
-            self._push(item)
+            try:
+                self._queue(item, policy)
+            finally:
+                self._end_preparing()
+
+    def put(self, item: Any) -> None:
+        """Queue a marker; frames come in through :meth:`offer` only.
+
+        Raises:
+            TypeError: ``item`` is a frame.
+        """
+        if isinstance(item, Frame):
+            raise TypeError("frames are admitted with offer(), not put()")
+        self.put_marker(item)
 
     def put_marker(self, item: Any, switch: Callable[[], None] | None = None) -> None:
         """Queue a marker (end-of-stream, stop) behind everything already queued.
 
         Args:
             item: the marker.
-            switch: called under the queue's lock right before the marker is queued, so that
-                every frame queued before the marker was prepared before ``switch`` ran and
-                every frame after it after (a reload switches the chain frames are prepared
-                for).
+            switch: called under the queue's lock right before the marker is queued, once
+                the preparations under way are queued (new ones wait for it): every frame
+                queued before the marker was prepared before ``switch`` ran and every frame
+                after it after (a reload switches the chain frames are prepared for).
         """
         with self._ready:
             if switch is not None:
+                self._switching = True
+                while self._preparing:
+                    self._prepared.wait()
                 switch()
+                self._switching = False
+                self._prepared.notify_all()
             self._push(item)
 
     def qsize(self) -> int:
         """Frames queued now (a gauge)."""
         return self._frames
+
+    def _queue(self, frame: Frame, policy: FullPolicy) -> None:
+        """Under the lock: make room under ``policy``, then queue ``frame``."""
+        if policy == "block" and not self._wait_for_room():
+            self._drop(frame, Reason.SHUTDOWN)
+            return
+        if policy == "latest":
+            self._supersede(frame)
+        while self._frames >= self._capacity:
+            self._drop_oldest()
+        self._frames += 1
+        self._newest[frame.source] = frame
+        self._push(frame)
+
+    def _begin_preparing(self) -> None:
+        """Count a preparation under way, once no switch of the chain is."""
+        with self._lock:
+            while self._switching:
+                self._prepared.wait()
+            self._preparing += 1
+
+    def _end_preparing(self) -> None:
+        """Under the lock: the frame of a preparation is queued (or dropped)."""
+        self._preparing -= 1
+        if self._switching and not self._preparing:
+            self._prepared.notify_all()
 
     def _wait_for_room(self) -> bool:
         if self._frames < self._capacity:

@@ -5,9 +5,10 @@ stages or replicas), and the in-band marker is :data:`~streamer.frames.STOP` its
 
 1. the new chain is loaded and its threads started, all but its first batcher; a chain that
    fails to load or start is released and the old one goes on (the pipeline logs why);
-2. under the admission queue's lock, the chain frames are prepared for is switched and STOP
-   is queued (``AdmissionQueue.put_marker`` with a switch): every frame before the marker was
-   prepared for the old chain's first stage, every frame after it for the new one's;
+2. under the admission queue's lock, once the frames being prepared are queued, the chain
+   frames are prepared for is switched and STOP is queued (``AdmissionQueue.put_marker``
+   with a switch): every frame before the marker was prepared for the old chain's first
+   stage, every frame after it for the new one's;
 3. the old chain drains stage by stage as at shutdown, its results going to the shared
    egress, and its models are closed (:func:`retire`);
 4. only then does the new first batcher start and take the frames after the marker.

@@ -1,6 +1,9 @@
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
+
+import pytest
 
 from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame, OutcomeCounts
@@ -98,3 +101,75 @@ def test_frames_offered_after_a_reloads_marker_wait_for_the_new_batcher() -> Non
     assert admission.qsize() == 2
     assert [f.seq for f in admission.take(2, 1)] == [2, 3]
     assert counts.snapshot().dropped == {}
+
+
+def make_preparing(prepare: Callable[[Frame], None]) -> AdmissionQueue:
+    counts, abort = OutcomeCounts(), threading.Event()
+    return AdmissionQueue(8, SourceTracker(60), prepare, counts, [].append, abort)
+
+
+def test_ingresses_prepare_at_once_outside_the_lock() -> None:
+    """Two ingress threads each wait inside prepare for the other to be there too: only
+    possible when preparing holds no lock the other needs."""
+    both_preparing = threading.Barrier(2, timeout=5)
+
+    def prepare(frame: Frame) -> None:
+        both_preparing.wait()
+
+    admission = make_preparing(prepare)
+    threads = [
+        threading.Thread(target=admission.offer, args=(frame(source, 0), "block"))
+        for source in ("a", "b")
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert not both_preparing.broken
+    assert sorted(f.source for f in admission.take(2, 1)) == ["a", "b"]
+
+
+def test_a_reload_switch_waits_for_the_preparation_under_way() -> None:
+    """A frame being prepared for the old chain when a reload switches is queued before the
+    reload's marker; one offered during the switch is prepared for the new chain."""
+    chain = ["old"]
+    preparing, go_on = threading.Event(), threading.Event()
+
+    def prepare(item: Frame) -> None:
+        item.model = chain[0]
+        if item.seq == 0:
+            preparing.set()
+            go_on.wait(5)
+
+    admission = make_preparing(prepare)
+    ingress = threading.Thread(target=admission.offer, args=(frame("a", 0), "block"))
+    ingress.start()
+    assert preparing.wait(5)
+
+    def switch() -> None:
+        chain[0] = "new"
+        late = threading.Thread(target=admission.offer, args=(frame("a", 1), "block"))
+        late.start()
+        late.join(0.2)
+        assert late.is_alive()  # its preparation waits for the switch
+        threads.append(late)
+
+    threads: list[threading.Thread] = []
+    reload = threading.Thread(target=admission.put_marker, args=("stop", switch))
+    reload.start()
+    reload.join(0.2)
+    assert reload.is_alive() and chain == ["old"]  # the switch waits for frame 0
+    go_on.set()
+    for thread in [ingress, reload, *threads]:
+        thread.join(5)
+    old = admission.take(8, 1)
+    assert [(f.seq, f.model) for f in old[:-1]] == [(0, "old")] and old[-1] == "stop"
+    assert [(f.seq, f.model) for f in admission.take(1, 1)] == [(1, "new")]
+
+
+def test_frames_cannot_be_put_around_admission() -> None:
+    admission, _, _, _ = make()
+    with pytest.raises(TypeError):
+        admission.put(frame("a", 0))
+    admission.put("stop")
+    assert admission.take(1, 0) == ["stop"]
