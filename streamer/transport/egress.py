@@ -165,10 +165,16 @@ class Egress(Worker):
             self._metrics.observe_sent(frame, done_ns)
 
     def _send(self, parts: list[bytes]) -> bool:
+        """Send a ``[topic, json]`` result on every socket; whether any took it.
+
+        Two ``send`` calls instead of ``send_multipart``, which checks each part's type
+        first and costs twice as much per result."""
+        topic, body = parts
         sent = False
         for socket in self._sockets:
             try:
-                socket.send_multipart(parts)
+                socket.send(topic, zmq.SNDMORE)
+                socket.send(body)
                 sent = True
             except zmq.Again:
                 continue
