@@ -3,8 +3,12 @@
 Each finished frame is encoded once (:func:`~streamer.transport.protocol.encode_result`)
 and sent on every ``[[egress]]`` socket; it is then counted as published, or as failed by
 its error's reason. PUB sockets drop for slow subscribers at their high-water mark (ZeroMQ's
-rule); a PUSH socket with no reader is given ``SNDTIMEO`` and a frame that could be sent
-nowhere is counted as dropped (``egress_blocked``) instead of hanging the daemon. A socket
+rule). A PUSH socket waits at most ``SNDTIMEO`` (1 s) for a reader to take a result; when
+that runs out it is *stalled*: it is then sent to without waiting, so results it has no room
+for are dropped on it while the other sockets go on at full speed, until it takes one again
+(both logged once). A frame that could be sent nowhere is counted as dropped
+(``egress_blocked``). Once the pipeline gives up draining, nothing more is sent or counted
+(the frames left are the pipeline's ``shutdown`` drops). A socket
 with CURVE settings is a CURVE server (:mod:`streamer.transport.security`); its failed
 handshakes are read from its monitor on the periodic tick and logged once per kind.
 """
@@ -97,6 +101,7 @@ class Egress(Worker):
         self._abort = abort
         self._metrics = metrics
         self._sockets: list[zmq.Socket[bytes]] = []
+        self._stalled = [False] * len(configs)
 
     def setup(self) -> None:
         for config, endpoint, curve in zip(
@@ -147,6 +152,8 @@ class Egress(Worker):
 
     def _emit(self, items: list[Frame | EndOfStream]) -> None:
         for item in items:
+            if self._abort.is_set():
+                return
             if isinstance(item, EndOfStream):
                 self._send(encode_eos_result(item))
             else:
@@ -165,17 +172,33 @@ class Egress(Worker):
             self._metrics.observe_sent(frame, done_ns)
 
     def _send(self, parts: list[bytes]) -> bool:
-        """Send a ``[topic, json]`` result on every socket; whether any took it.
+        """Send a ``[topic, json]`` result on every socket, without waiting on a stalled one;
+        whether any took it.
 
         Two ``send`` calls instead of ``send_multipart``, which checks each part's type
         first and costs twice as much per result."""
         topic, body = parts
         sent = False
-        for socket in self._sockets:
+        for index, socket in enumerate(self._sockets):
+            flags = zmq.NOBLOCK if self._stalled[index] else 0
             try:
-                socket.send(topic, zmq.SNDMORE)
-                socket.send(body)
-                sent = True
+                socket.send(topic, zmq.SNDMORE | flags)
+                socket.send(body, flags)
             except zmq.Again:
+                self._stall(index)
                 continue
+            if self._stalled[index]:
+                self._stalled[index] = False
+                _log.info("egress_resumed", egress=self._configs[index].name)
+            sent = True
         return sent
+
+    def _stall(self, index: int) -> None:
+        if not self._stalled[index]:
+            self._stalled[index] = True
+            _log.warning(
+                "egress_stalled",
+                egress=self._configs[index].name,
+                send_timeout_ms=_PUSH_SEND_TIMEOUT_MS,
+                detail="no reader took a result; results it has no room for are dropped",
+            )

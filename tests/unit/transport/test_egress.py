@@ -1,0 +1,100 @@
+"""Egress on real sockets: a PUSH socket nobody reads does not hold up the others, and
+nothing is sent or counted once the pipeline has given up draining."""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import zmq
+
+from streamer.config import EgressConfig
+from streamer.frames import STOP, Batch, Frame, OutcomeCounts
+from streamer.scheduling.reorder import ReorderBuffer
+from streamer.transport.egress import Egress
+
+_FRAMES = 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def frames(count: int) -> list[Frame]:
+    made = []
+    for seq in range(count):
+        frame = Frame("cam", seq, time.monotonic_ns(), time.time())
+        frame.order = seq
+        made.append(frame)
+    return made
+
+
+@pytest.fixture
+def context() -> Iterator[zmq.Context[Any]]:
+    context: zmq.Context[Any] = zmq.Context()
+    yield context
+    context.term()
+
+
+def make_egress(
+    context: zmq.Context[Any], uris: list[str]
+) -> tuple[Egress, queue.SimpleQueue[Any], OutcomeCounts, threading.Event]:
+    configs = tuple(EgressConfig(name=f"out{i}", uri=uri) for i, uri in enumerate(uris))
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    counts, abort = OutcomeCounts(), threading.Event()
+    reorder = ReorderBuffer(window=64, timeout_s=1.0, idle_evict_s=60.0)
+    return Egress(configs, context, inbox, reorder, counts, abort), inbox, counts, abort
+
+
+def receive(subscriber: zmq.Socket[Any], count: int, within_s: float) -> list[int]:
+    """The seqs of the results that arrive within ``within_s`` seconds, at most ``count``."""
+    seqs: list[int] = []
+    deadline = time.monotonic() + within_s
+    while len(seqs) < count and (left := deadline - time.monotonic()) > 0:
+        if subscriber.poll(round(left * 1000)):
+            seqs.append(json.loads(subscriber.recv_multipart()[1])["seq"])
+    return seqs
+
+
+def test_a_push_socket_nobody_reads_stalls_once_and_the_pub_gets_every_result(
+    context: zmq.Context[Any],
+) -> None:
+    pub, push = free_port(), free_port()
+    egress, inbox, counts, _ = make_egress(
+        context, [f"pub+bind:tcp://127.0.0.1:{pub}", f"push+bind:tcp://127.0.0.1:{push}"]
+    )
+    egress.launch(10)
+    subscriber = context.socket(zmq.SUB)
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+    subscriber.connect(f"tcp://127.0.0.1:{pub}")
+    time.sleep(0.3)  # the subscription reaches the PUB (ZeroMQ's slow joiner)
+    inbox.put(Batch(frames(_FRAMES)))
+    seqs = receive(subscriber, _FRAMES, within_s=10.0)
+    inbox.put(STOP)
+    egress.join(10)
+    subscriber.close(linger=0)
+    assert not egress.is_alive()
+    # Only the first result waited for the PUSH socket's 1 s send timeout: with a timeout per
+    # result, half of them would still be on their way after 10 s.
+    assert seqs == list(range(_FRAMES))
+    assert counts.snapshot().published == _FRAMES
+
+
+def test_nothing_is_sent_or_counted_after_an_abort(context: zmq.Context[Any]) -> None:
+    pub = free_port()
+    egress, inbox, counts, abort = make_egress(context, [f"pub+bind:tcp://127.0.0.1:{pub}"])
+    egress.setup()
+    try:
+        abort.set()
+        egress._emit(list(frames(3)))
+    finally:
+        egress.teardown()
+    assert counts.snapshot().published == 0
