@@ -216,7 +216,7 @@ class Pipeline:
         """Make every thread return at once (ingresses, egress, every chain)."""
         self._abort.set()
         for chain in [self._chain, *self._retired]:
-            chain.abort.set()
+            chain.give_up()
 
     @property
     def models(self) -> list[QueueModel]:
@@ -319,7 +319,7 @@ class Pipeline:
         try:
             chain.launch(_START_TIMEOUT_S, first_batcher=False)
         except StreamerError:
-            chain.abort.set()
+            chain.give_up()
             chain.join(_ABORT_JOIN_S)
             chain.close()
             raise

@@ -256,6 +256,16 @@ class QueueModel(Closing, abc.ABC):
         """
 
     @abc.abstractmethod
+    def interrupt(self) -> None:
+        """Make an :meth:`enqueue` waiting for room, and every later one, raise
+        :class:`BackendError`; from any thread, idempotent.
+
+        For a pipeline that gives up draining: nothing dequeues any more, so an enqueue
+        blocked at ``max_in_flight`` would wait until :meth:`close`, which must come after
+        the enqueue thread has ended.
+        """
+
+    @abc.abstractmethod
     def dequeue(self, timeout_ms: int) -> InferenceOutputs | None:
         """Take the oldest finished batch, waiting up to ``timeout_ms`` ms; None on timeout.
 

@@ -215,16 +215,26 @@ class OnnxModel(QueueModel):
         self._pending: queue.SimpleQueue[Sequence[np.ndarray] | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[InferenceOutputs] = queue.SimpleQueue()
         self._closed = threading.Event()
+        self._interrupted = threading.Event()
         # A daemon thread: a session.run wedged in native code cannot be interrupted, and it
         # must not keep the process alive after close() gave up on it.
         self._worker = threading.Thread(target=self._run, name=f"onnx-{spec.name}", daemon=True)
         self._worker.start()
 
     def enqueue(self, inputs: Sequence[np.ndarray]) -> None:
+        self._raise_if_stopped()
         while not self._slots.acquire(timeout=_POLL_S):
-            if self._closed.is_set():
-                raise BackendError(f"model {self.info.name!r} is closed")
+            self._raise_if_stopped()
         self._pending.put(inputs)
+
+    def interrupt(self) -> None:
+        self._interrupted.set()
+
+    def _raise_if_stopped(self) -> None:
+        if self._closed.is_set():
+            raise BackendError(f"model {self.info.name!r} is closed")
+        if self._interrupted.is_set():
+            raise BackendError(f"model {self.info.name!r}: enqueue interrupted")
 
     def dequeue(self, timeout_ms: int) -> InferenceOutputs | None:
         try:

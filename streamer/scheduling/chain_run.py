@@ -67,7 +67,7 @@ class ChainRun:
 
     Attributes:
         stages: as given.
-        abort: set to make every thread of this chain return at once.
+        abort: set (by :meth:`give_up`) to make every thread of this chain return at once.
         keep_images: frames keep their decoded image (a later stage crops from it).
         replicas: per stage, its replicas.
     """
@@ -144,6 +144,15 @@ class ChainRun:
             if any(w.is_alive() for w in threads):
                 return False
         return True
+
+    def give_up(self) -> None:
+        """Make every thread of the chain return at once: set :attr:`abort`, and interrupt
+        every replica's model so an enqueue thread blocked on a full model returns too
+        (nothing dequeues any more)."""
+        self.abort.set()
+        for replicas in self.replicas:
+            for replica in replicas:
+                replica.model.interrupt()
 
     def join(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` seconds in all for the started threads (after abort)."""

@@ -63,6 +63,8 @@ class Enqueuer(Worker):
             try:
                 replica.model.enqueue(inputs)
             except BackendError as exc:
+                if self._abort.is_set():  # interrupted: the chain was given up
+                    return
                 replica.fail(str(exc))
         if replica.failed is not None:
             replica.refuse(batch)

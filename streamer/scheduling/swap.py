@@ -44,5 +44,5 @@ def retire(old: ChainRun, timeout_s: float) -> bool:
         old.close()
         return True
     _log.error("reload_swap_stuck", stages=[s.name for s in old.stages], timeout_s=timeout_s)
-    old.abort.set()
+    old.give_up()
     return False

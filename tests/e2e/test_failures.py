@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
 
+import pytest
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -120,4 +121,28 @@ def test_two_devices_share_the_work_and_one_can_fail(
     assert after["0"] >= executed["0"] + 120
     assert daemon.stop() == 0
     final = daemon.final_counts()
+    assert final["received"] == final["published"] + final["failed"] + final["dropped"]
+
+
+@pytest.mark.parametrize("mode", ["queue", "async", "sync"])
+def test_an_abandoned_drain_ends_every_thread_before_the_models_close(
+    mode: str, start_daemon: Any, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """SIGTERM with more in flight than ``drain_timeout_s`` lets finish: the enqueue thread
+    waiting for room in a full model gives up with the others, so no thread outlives the
+    drain and the models are closed after every thread ended, not under one."""
+    settings = backend_settings(f"acl-sim-{mode}", assets["blazeface_short_range"], tmp_path)
+    daemon = start_daemon(
+        **settings,
+        drain_timeout_s=0.5,
+        runtime_extra="[runtime.options.sim]\nexecute_delay_ms = 400",
+    )
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", limit=40)
+    assert daemon.stop() == 0
+    events = [e.get("event") for e in daemon.logs]
+    assert "drain_timeout" in events and "threads_stuck" not in events
+    stopped = events.index("stopped")
+    assert not [e for e in daemon.logs[stopped:] if e.get("level") in ("error", "warning")]
+    final = daemon.final_counts()
+    assert final["received"] == 40
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]

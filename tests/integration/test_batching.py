@@ -38,6 +38,9 @@ class Recording(QueueModel):
         self.sizes.append(len(inputs[0]))
         self._model.enqueue(inputs)
 
+    def interrupt(self) -> None:
+        self._model.interrupt()
+
     def dequeue(self, timeout_ms: int):  # type: ignore[no-untyped-def]
         return self._model.dequeue(timeout_ms)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from streamer.errors import FrameError, Reason
+from streamer.errors import BackendError, FrameError, Reason
 from streamer.runtime.acl.aipp_set import AippSet
 from streamer.runtime.acl.device import DeviceContext
 from streamer.runtime.acl.device_tensor import AclDeviceTensor
@@ -121,6 +121,8 @@ class AclModel(QueueModel):
         self._teardown = parts.teardown
         self._on_close = parts.on_close
         self._closed = threading.Event()
+        # Set by interrupt() and by close(): enqueues waiting for room give up.
+        self._interrupted = threading.Event()
         self._close_lock = threading.Lock()
 
     @property
@@ -141,6 +143,22 @@ class AclModel(QueueModel):
         """
         self._device.activate()
 
+    def interrupt(self) -> None:
+        """Make an enqueue waiting for room (a slot, queue space, pool memory), and every
+        later one, raise BackendError (see :meth:`QueueModel.interrupt`)."""
+        self._interrupted.set()
+
+    def _raise_if_interrupted(self) -> None:
+        """For an enqueue's waits.
+
+        Raises:
+            BackendError: the model was closed or interrupted.
+        """
+        if self._closed.is_set():
+            raise BackendError(f"model {self.info.name!r} is closed")
+        if self._interrupted.is_set():
+            raise BackendError(f"model {self.info.name!r}: enqueue interrupted")
+
     def close(self) -> None:
         """Stop the mode's work, then release everything in reverse order. Idempotent.
 
@@ -151,6 +169,7 @@ class AclModel(QueueModel):
             if self._closed.is_set():
                 return
             self._closed.set()
+            self._interrupted.set()
         try:
             self._device.activate()
             self._stop()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamer.errors import FrameError
+from streamer.errors import BackendError, FrameError
 from streamer.runtime.acl.allocators import DeviceAllocator, HostAllocator
 from streamer.runtime.acl.constants import RunMode
 from streamer.runtime.acl.dataset import create_dataset
@@ -129,7 +129,7 @@ class DatasetModel(AclModel):
 
         Raises:
             AclError: a memory or dataset call failed (the model is unusable).
-            BackendError: the model was closed while waiting for memory.
+            BackendError: the model was closed or interrupted while waiting for memory.
         """
         problem = (
             batch_problem(self.info, inputs)
@@ -215,7 +215,12 @@ class DatasetModel(AclModel):
         """Pool segments for every model input and output but the inputs in ``fed`` (device
         inputs: their own memory is used), freed with the batch."""
         wanted = [i for i in range(len(self._sizes)) if i not in fed]
-        allocated = self._pool.alloc([self._sizes[i] for i in wanted], cancelled=self._closed)
+        sizes = [self._sizes[i] for i in wanted]
+        try:
+            allocated = self._pool.alloc(sizes, cancelled=self._interrupted)
+        except BackendError:
+            self._raise_if_interrupted()  # says why: closed, or interrupted
+            raise
         batch.teardown.push_call(lambda: self._pool.free(allocated))
         batch.segments = [None] * len(self._sizes)
         for index, segment in zip(wanted, allocated, strict=True):

@@ -121,7 +121,7 @@ class QueueModeModel(AclModel):
 
         Raises:
             AclError: a queue call failed with something other than full.
-            BackendError: the model was closed while waiting.
+            BackendError: the model was closed or interrupted (before or while waiting).
         """
         try:
             self._enqueue(inputs)
@@ -136,8 +136,9 @@ class QueueModeModel(AclModel):
         if problem is not None:
             self._tickets.append(_Ticket(start_ns, inference_error(problem)))
             return
+        self._raise_if_interrupted()
         while not self._slots.acquire(timeout=_POLL_S):
-            self._raise_if_closed()
+            self._raise_if_interrupted()
         for qid, tensor in zip(self._inputs, inputs, strict=True):
             if isinstance(tensor, AclDeviceTensor):
                 self._send(qid, tensor.ptr, _nbytes(tensor))
@@ -173,7 +174,7 @@ class QueueModeModel(AclModel):
             if ret not in QUEUE_WAIT_CODES:
                 check_ret(ret, "acltdtEnqueueData")
                 return
-            self._raise_if_closed()
+            self._raise_if_interrupted()
 
     def _receive(self, deadline: float) -> bool:
         """Dequeue the outputs still missing; False when ``deadline`` passed first."""

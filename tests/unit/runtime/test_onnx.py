@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from streamer.cli import main
 from streamer.config import RuntimeConfig
-from streamer.errors import ConfigError, ModelError
+from streamer.errors import BackendError, ConfigError, ModelError
 from streamer.runtime import ModelSpec, open_backend
 
 
@@ -74,6 +74,34 @@ def test_enqueue_blocks_beyond_max_in_flight(short_range_model: Path) -> None:
         second.join(5)
         assert not second.is_alive()
         assert model.dequeue(5000) is not None
+
+
+def test_interrupt_ends_an_enqueue_waiting_for_room(short_range_model: Path) -> None:
+    import threading
+
+    with (
+        open_backend(RuntimeConfig()) as backend,
+        backend.load(ModelSpec("face", short_range_model, max_in_flight=1)) as model,
+    ):
+        batch = np.zeros((1, 3, 128, 128), np.float32)
+        model.enqueue([batch])
+        errors: list[BackendError] = []
+
+        def enqueue() -> None:
+            try:
+                model.enqueue([batch])
+            except BackendError as exc:
+                errors.append(exc)
+
+        second = threading.Thread(target=enqueue)
+        second.start()
+        second.join(0.3)
+        assert second.is_alive()  # waits for room that nothing will make
+        model.interrupt()
+        second.join(5)
+        assert not second.is_alive() and "interrupted" in str(errors[0])
+        with pytest.raises(BackendError, match="interrupted"):
+            model.enqueue([batch])  # and every later one gives up at once
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,9 @@ class EchoModel(QueueModel):
         else:
             self._done.put(InferenceOutputs((inputs[0].sum(axis=1),), None, 1, 2))
 
+    def interrupt(self) -> None:
+        """Nothing to wake: its enqueue never waits."""
+
     def dequeue(self, timeout_ms: int) -> InferenceOutputs | None:
         try:
             return self._done.get(timeout=timeout_ms / 1000)

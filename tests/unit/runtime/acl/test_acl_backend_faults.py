@@ -143,6 +143,36 @@ def test_enqueue_blocks_at_max_in_flight(
     model.close()
 
 
+@pytest.mark.parametrize("mode", ["queue", "async", "sync"])
+def test_interrupt_ends_an_enqueue_waiting_for_room(
+    mode: str, make_backend: MakeBackend, static4_model: Path, frames: list[np.ndarray]
+) -> None:
+    backend = make_backend(queue_depth=2)
+    model = backend.load(ModelSpec("face", static4_model, mode=mode, max_in_flight=1))
+    batch = blazeface_input(frames[:4])
+    first_done, errors = threading.Event(), []
+
+    def enqueue_two() -> None:  # one enqueue thread for both (S28)
+        model.attach_thread()
+        model.enqueue([batch])
+        first_done.set()
+        try:
+            model.enqueue([batch])
+        except BackendError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=enqueue_two)
+    thread.start()
+    assert first_done.wait(5)
+    thread.join(0.3)
+    assert thread.is_alive(), "one batch in flight: the second enqueue waits"
+    model.interrupt()
+    thread.join(5)
+    assert not thread.is_alive() and "interrupted" in str(errors[0])
+    assert model.dequeue(5000) is not None  # the batch already in still finishes
+    model.close()
+
+
 def test_a_dead_callback_thread_stops_the_model(
     make_backend: MakeBackend, dynamic_model: Path, frames: list[np.ndarray]
 ) -> None:
