@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from streamer.config import FullPolicy
-from streamer.errors import Reason
+from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame, OutcomeCounts
 from streamer.scheduling.mailbox import Mailbox
 from streamer.scheduling.sources import SourceTracker
@@ -82,14 +82,16 @@ class AdmissionQueue(Mailbox):
         self._prepared = threading.Condition(self._lock)
         self._preparing = 0
         self._switching = False
+        self._reserved = 0  # places of block frames being prepared
 
     def offer(self, item: Frame | EndOfStream, policy: FullPolicy) -> None:
         """Admit one received item under ``policy`` (see the module docstring).
 
-        A good frame is prepared before the queue's lock is taken, so that several
-        ingresses prepare at once and the batcher never waits on a letterbox to take its
-        batch; a reload's switch of the chain waits for preparations under way
-        (:meth:`put_marker`).
+        A good frame is prepared outside the queue's lock, so that several ingresses
+        prepare at once and the batcher never waits on a letterbox to take its batch. Under
+        ``block`` its place is reserved before, once there is room: a reload's switch of
+        the chain waits for the preparations under way (:meth:`put_marker`), which thus
+        never wait for the chain to take frames.
         """
         if isinstance(item, EndOfStream):
             self._tracker.end(item)
@@ -98,22 +100,24 @@ class AdmissionQueue(Mailbox):
         if item.source and item.seq >= 0 and not self._tracker.admit(item):
             self._counts.dropped(Reason.STALE_SEQ)
             return
-        if item.error is not None:
-            with self._not_full:
+        reserve = policy == "block"
+        with self._not_full:
+            if not self._ready_to_prepare(reserve):
+                self._drop(item, Reason.SHUTDOWN)
+                return
+            if item.error is not None:
                 self._queue(item, policy)
-            return
-        self._begin_preparing()
+                return
+            self._preparing += 1
+            self._reserved += reserve
         try:
             item.pending = self._prepare(item)
-        except BaseException:
+        except Exception as exc:  # e.g. the worker pool shut down: this frame fails alone
+            item.fail(FrameError(Reason.PREPROCESS_FAILED, f"{type(exc).__name__}: {exc}"))
+        finally:
             with self._lock:
-                self._end_preparing()
-            raise
-        with self._not_full:
-            try:
+                self._end_preparing(reserve)
                 self._queue(item, policy)
-            finally:
-                self._end_preparing()
 
     def put(self, item: Any) -> None:
         """Queue a marker; frames come in through :meth:`offer` only.
@@ -150,10 +154,8 @@ class AdmissionQueue(Mailbox):
         return self._frames
 
     def _queue(self, frame: Frame, policy: FullPolicy) -> None:
-        """Under the lock: make room under ``policy``, then queue ``frame``."""
-        if policy == "block" and not self._wait_for_room():
-            self._drop(frame, Reason.SHUTDOWN)
-            return
+        """Under the lock: queue ``frame``, making room under ``policy`` (``block`` made it
+        before)."""
         if policy == "latest":
             self._supersede(frame)
         while self._frames >= self._capacity:
@@ -162,25 +164,31 @@ class AdmissionQueue(Mailbox):
         self._newest[frame.source] = frame
         self._push(frame)
 
-    def _begin_preparing(self) -> None:
-        """Count a preparation under way, once no switch of the chain is."""
-        with self._lock:
-            while self._switching:
-                self._prepared.wait()
-            self._preparing += 1
+    def _ready_to_prepare(self, block: bool) -> bool:
+        """Under the lock: wait until no switch of the chain is under way and, for
+        ``block``, there is room for one more frame; False if the pipeline gave up."""
+        while True:
+            if block and not self._wait_for_room():
+                return False
+            if not self._switching:
+                return True
+            self._prepared.wait(_POLL_S)
 
-    def _end_preparing(self) -> None:
-        """Under the lock: the frame of a preparation is queued (or dropped)."""
+    def _end_preparing(self, reserved: bool) -> None:
+        """Under the lock: a preparation is over (its frame is queued next)."""
         self._preparing -= 1
+        self._reserved -= reserved
         if self._switching and not self._preparing:
             self._prepared.notify_all()
 
     def _wait_for_room(self) -> bool:
-        if self._frames < self._capacity:
+        """Under the lock: room for one more frame, counting reserved places; False if the
+        pipeline gave up first."""
+        if self._frames + self._reserved < self._capacity:
             return True
         self._blocked += 1
         try:
-            while self._frames > self._resume_at:
+            while self._frames + self._reserved > self._resume_at:
                 if self._abort.is_set():
                     return False
                 self._not_full.wait(_POLL_S)
@@ -194,7 +202,7 @@ class AdmissionQueue(Mailbox):
                 self._frames -= 1
                 if self._newest.get(item.source) is item:
                     del self._newest[item.source]
-        if self._blocked and self._frames <= self._resume_at:
+        if self._blocked and self._frames + self._reserved <= self._resume_at:
             self._not_full.notify_all()
 
     def _supersede(self, frame: Frame) -> None:

@@ -173,3 +173,43 @@ def test_frames_cannot_be_put_around_admission() -> None:
         admission.put(frame("a", 0))
     admission.put("stop")
     assert admission.take(1, 0) == ["stop"]
+
+
+def test_a_reload_switch_does_not_wait_for_a_blocked_ingress() -> None:
+    """A ``block`` frame waiting for room is not yet being prepared: a reload's switch goes
+    ahead at once, and the frame, once there is room, is prepared for the new chain."""
+    chain = ["old"]
+
+    def prepare(item: Frame) -> None:
+        item.model = chain[0]
+
+    admission = AdmissionQueue(
+        2, SourceTracker(60), prepare, OutcomeCounts(), [].append, threading.Event()
+    )
+    for seq in range(2):
+        admission.offer(frame("a", seq), "block")
+    blocked = threading.Thread(target=admission.offer, args=(frame("a", 2), "block"))
+    blocked.start()
+    blocked.join(0.2)
+    assert blocked.is_alive()  # the queue is full
+    reload = threading.Thread(
+        target=admission.put_marker, args=("stop", lambda: chain.append("new"))
+    )
+    reload.start()
+    reload.join(5)
+    assert not reload.is_alive(), "the switch waited for room in the queue"
+    chain.pop(0)
+    old = admission.take(8, 1)
+    assert [(f.seq, f.model) for f in old[:-1]] == [(0, "old"), (1, "old")] and old[-1] == "stop"
+    blocked.join(5)
+    assert [(f.seq, f.model) for f in admission.take(1, 1)] == [(2, "new")]
+
+
+def test_a_preparation_that_cannot_start_fails_its_frame_only() -> None:
+    def prepare(item: Frame) -> None:
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+    admission = make_preparing(prepare)
+    admission.offer(frame("a", 0), "block")
+    [failed] = admission.take(1, 1)
+    assert failed.error is not None and failed.error.reason == "preprocess_failed"
