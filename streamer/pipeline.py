@@ -336,6 +336,8 @@ class Pipeline:
         self._retired.append(old)
         if retire(old, _SWAP_TIMEOUT_S):
             self._retired.remove(old)
+        elif dropped := self._inbox.discard_through(STOP):
+            _log.warning("reload_dropped_frames", frames=dropped, reason="old chain given up")
         try:
             chain.launch_first_batcher(_START_TIMEOUT_S)
         except StreamerError as exc:  # its failure() now stops the daemon

@@ -149,6 +149,34 @@ class AdmissionQueue(Mailbox):
                 self._prepared.notify_all()
             self._push(item)
 
+    def discard_through(self, marker: Any) -> int:
+        """Remove ``marker`` and drop (``shutdown``) the frames queued before it; other
+        markers before it stay, in order. Nothing happens if ``marker`` is not queued.
+
+        For a reload whose old chain was given up before its batcher took its STOP: the
+        frames before that STOP were prepared for the old chain and cannot run on the new
+        one, and the STOP would stop the new chain's batcher.
+
+        Returns:
+            The number of frames dropped.
+        """
+        with self._ready:
+            if not any(item is marker for item in self._items):
+                return 0
+            kept: list[Any] = []
+            dropped = 0
+            while (item := self._items.popleft()) is not marker:
+                if isinstance(item, Frame):
+                    self._forget(item)
+                    self._drop(item, Reason.SHUTDOWN)
+                    dropped += 1
+                else:
+                    kept.append(item)
+            self._markers -= 1
+            self._items.extendleft(reversed(kept))
+            self._taken([])
+        return dropped
+
     def qsize(self) -> int:
         """Frames queued now (a gauge)."""
         return self._frames
@@ -199,11 +227,15 @@ class AdmissionQueue(Mailbox):
     def _taken(self, items: list[Any]) -> None:
         for item in items:
             if isinstance(item, Frame):
-                self._frames -= 1
-                if self._newest.get(item.source) is item:
-                    del self._newest[item.source]
+                self._forget(item)
         if self._blocked and self._frames + self._reserved <= self._resume_at:
             self._not_full.notify_all()
+
+    def _forget(self, frame: Frame) -> None:
+        """Under the lock: ``frame`` left the queue."""
+        self._frames -= 1
+        if self._newest.get(frame.source) is frame:
+            del self._newest[frame.source]
 
     def _supersede(self, frame: Frame) -> None:
         older = self._newest.get(frame.source)
@@ -216,9 +248,7 @@ class AdmissionQueue(Mailbox):
         for index, item in enumerate(self._items):
             if isinstance(item, Frame):
                 del self._items[index]
-                self._frames -= 1
-                if self._newest.get(item.source) is item:
-                    del self._newest[item.source]
+                self._forget(item)
                 self._drop(item, Reason.QUEUE_FULL)
                 return
 

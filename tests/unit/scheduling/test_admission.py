@@ -213,3 +213,21 @@ def test_a_preparation_that_cannot_start_fails_its_frame_only() -> None:
     admission.offer(frame("a", 0), "block")
     [failed] = admission.take(1, 1)
     assert failed.error is not None and failed.error.reason == "preprocess_failed"
+
+
+def test_a_given_up_reload_discards_its_marker_and_the_frames_before_it() -> None:
+    """The old chain never took its STOP: the frames before it (prepared for the old chain)
+    are dropped, end-of-stream markers among them stay, and frames after it are kept."""
+    admission, counts, dropped, _ = make(capacity=8)
+    admission.offer(frame("a", 0), "block")
+    admission.offer(EndOfStream("b", 3), "block")
+    admission.offer(frame("a", 1), "block")
+    admission.put_marker("stop")
+    admission.offer(frame("a", 2), "block")
+    assert admission.discard_through("stop") == 2
+    assert [f.seq for f in dropped] == [0, 1]
+    assert counts.snapshot().dropped == {"shutdown": 2}
+    items = admission.take(8, 1)  # a take ends at the first marker
+    items += admission.take(8, 1)
+    assert isinstance(items[0], EndOfStream) and [f.seq for f in items[1:]] == [2]
+    assert admission.qsize() == 0 and admission.discard_through("stop") == 0
