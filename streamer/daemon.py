@@ -232,7 +232,7 @@ class _Control:
             except ConfigError as exc:
                 _log.error("reload_rejected", error=str(exc))
             else:
-                self._pipeline.reload(config)
+                self._pipeline.reload(config, self._requests.stop)
         self._notifier.ready()
 
     def _drain(self, failed: bool) -> int:

@@ -276,7 +276,7 @@ class Pipeline:
             return None
         return self._pool.submit(prepare_frame, frame, stage, limits, keep)
 
-    def reload(self, config: Config) -> bool:
+    def reload(self, config: Config, stop: threading.Event | None = None) -> bool:
         """Replace the chain of models by the one of ``config`` when its models changed,
         without losing a frame.
 
@@ -284,7 +284,8 @@ class Pipeline:
         the running one; an in-band marker then makes frames received before it finish on
         the old chain and frames after it run on the new one, and the old chain is closed
         once it has drained (:mod:`streamer.scheduling.swap`). Settings other than
-        ``[[models]]`` need a restart and are reported, not applied.
+        ``[[models]]`` need a restart and are reported, not applied. When ``stop`` is set
+        meanwhile, the old chain gets ``drain_timeout_s`` from then to drain, as at a stop.
 
         Returns:
             True if the new config is in force (also when nothing changed); False if it was
@@ -303,7 +304,7 @@ class Pipeline:
         except StreamerError as exc:
             _log.error("reload_rejected", error=str(exc))
             return False
-        self._swap(chain, stages)
+        self._swap(chain, stages, stop)
         update = {"models": config.models, "source_file": config.source_file}
         self.config = self.config.model_copy(update=update)
         _log.info("reloaded", models=[s.name for s in stages])
@@ -325,7 +326,9 @@ class Pipeline:
             raise
         return chain
 
-    def _swap(self, chain: ChainRun, stages: list[ModelStage]) -> None:
+    def _swap(
+        self, chain: ChainRun, stages: list[ModelStage], stop: threading.Event | None
+    ) -> None:
         """Put ``chain`` into service at an in-band marker and retire the old one."""
         old = self._chain
 
@@ -334,7 +337,7 @@ class Pipeline:
 
         self._inbox.put_marker(STOP, switch)
         self._retired.append(old)
-        if retire(old, _SWAP_TIMEOUT_S):
+        if retire(old, _SWAP_TIMEOUT_S, stop, self.config.daemon.drain_timeout_s):
             self._retired.remove(old)
         elif dropped := self._inbox.discard_through(STOP):
             _log.warning("reload_dropped_frames", frames=dropped, reason="old chain given up")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from streamer.errors import BackendError
@@ -32,6 +32,8 @@ from streamer.scheduling.replica import Dispatcher, Replica, every_replica_faile
 from streamer.vision.stages import ItemStage
 
 __all__ = ["ChainRun", "LoadedStage"]
+
+_JOIN_SLICE_S = 0.1
 
 
 class LoadedStage(Protocol):
@@ -132,15 +134,18 @@ class ChainRun:
         """
         self.first_batcher.launch(timeout_s)
 
-    def drain(self, deadline: float) -> bool:
+    def drain(self, deadline: float | Callable[[], float]) -> bool:
         """Once :data:`STOP` is queued for stage 0: stage by stage in chain order, STOP after
         its last item, then join its threads; False if a thread is alive at ``deadline``
-        (``time.monotonic()`` seconds)."""
+        (``time.monotonic()`` seconds, or a function giving it, asked again every
+        ``_JOIN_SLICE_S``: a reload's drain ends sooner once a stop is requested)."""
+        current = deadline if callable(deadline) else lambda: deadline
         for index, threads in enumerate(self._threads):
             if index > 0:
                 self._inboxes[index].put(STOP)
             for worker in reversed(threads):
-                worker.join(max(0.0, deadline - time.monotonic()))
+                while worker.is_alive() and (left := current() - time.monotonic()) > 0:
+                    worker.join(min(left, _JOIN_SLICE_S))
             if any(w.is_alive() for w in threads):
                 return False
         return True

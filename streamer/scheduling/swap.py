@@ -24,6 +24,7 @@ push back.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import structlog
@@ -35,16 +36,43 @@ __all__ = ["retire"]
 _log = structlog.get_logger(__name__)
 
 
-def retire(old: ChainRun, timeout_s: float) -> bool:
-    """Step 4: drain the old chain within ``timeout_s`` seconds and close its models.
+def retire(
+    old: ChainRun, timeout_s: float, stop: threading.Event | None = None, grace_s: float = 0.0
+) -> bool:
+    """Step 4: drain the old chain within ``timeout_s`` seconds and close its models; once
+    ``stop`` is set (the daemon was asked to stop meanwhile), within ``grace_s`` seconds of
+    then at most (the daemon's ``drain_timeout_s``).
 
     Returns:
         True when it drained and was closed; False when it did not drain in time (it is
-        aborted; its models are left for the pipeline to close after its threads ended).
+        given up; its models are left for the pipeline to close after its threads ended).
     """
-    if old.drain(time.monotonic() + timeout_s):
+    deadline = _Deadline(time.monotonic() + timeout_s, stop, grace_s)
+    if old.drain(deadline.current):
         old.close()
         return True
-    _log.error("reload_swap_stuck", stages=[s.name for s in old.stages], timeout_s=timeout_s)
+    stages = [s.name for s in old.stages]
+    if deadline.stopped_at is None:
+        _log.error("reload_swap_stuck", stages=stages, timeout_s=timeout_s)
+    else:
+        _log.warning("reload_drain_cut_short", stages=stages, drain_timeout_s=grace_s)
     old.give_up()
     return False
+
+
+class _Deadline:
+    """A drain's deadline (``time.monotonic()`` s) that moves to ``grace_s`` after the
+    moment ``stop`` is first seen set, when that is sooner."""
+
+    def __init__(self, deadline: float, stop: threading.Event | None, grace_s: float) -> None:
+        self._deadline = deadline
+        self._stop = stop
+        self._grace_s = grace_s
+        self.stopped_at: float | None = None
+
+    def current(self) -> float:
+        if self._stop is not None and self._stop.is_set() and self.stopped_at is None:
+            self.stopped_at = time.monotonic()
+        if self.stopped_at is None:
+            return self._deadline
+        return min(self._deadline, self.stopped_at + self._grace_s)

@@ -9,10 +9,11 @@ from typing import Any
 
 import cv2
 import numpy as np
+import zmq
 
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon, shipped, shipped_text
+from .conftest import Client, Daemon, shipped, shipped_text, wedge_model
 
 
 def ports_of(daemon: Daemon) -> tuple[int, int, int]:
@@ -119,3 +120,35 @@ def test_reloads_under_full_load_keep_every_frame_on_its_chain_and_in_order(
     assert daemon.stop() == 0
     final = daemon.final_counts()
     assert final["published"] == final["received"] and final["reorder_gave_up"] == 0
+
+
+def test_a_stop_during_a_reload_cuts_the_old_chains_drain_short(
+    tmp_path: Path, astronaut: np.ndarray
+) -> None:
+    """SIGTERM while a reload waits for an old chain that cannot drain (its model never
+    finishes an execution): the old chain gets ``drain_timeout_s`` from the signal, not the
+    reload's 60 s, and the frames it holds are counted as shutdown drops."""
+    wedge = wedge_model(tmp_path / "wedge.onnx")
+
+    def wedged(text: str) -> str:
+        text = text.replace('asset = "blazeface_short_range"', f'path = "{wedge}"')
+        return text.replace("replicas = 2 ", "replicas = 1 ").replace(
+            "drain_timeout_s = 10.0", "drain_timeout_s = 1.0"
+        )
+
+    daemon = shipped("default.toml", tmp_path, wedged)
+    jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
+    with zmq.Context() as context, context.socket(zmq.PUSH) as push:
+        push.setsockopt(zmq.LINGER, 1000)
+        push.connect(daemon.ingress)
+        for seq in range(20):
+            push.send_multipart(encode_frame("cam", seq, jpeg, encoding="jpeg"))
+    daemon.config_path.write_text(shipped_text("default.toml", ports_of(daemon)))
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_event("signal_received")
+    daemon.process.send_signal(signal.SIGTERM)
+    final = daemon.wait_event("stopped", 40)  # the old chain's 60 s would come first
+    events = [e.get("event") for e in daemon.logs]
+    assert "reload_drain_cut_short" in events and "reload_swap_stuck" not in events
+    assert final["received"] == 20 == final["published"] + final["failed"] + final["dropped"]
+    daemon.stop(timeout_s=30)  # onnxruntime ends the process abnormally under a wedged run

@@ -22,15 +22,13 @@ from typing import Any
 
 import cv2
 import numpy as np
-import onnx
 import pytest
 import zmq
-from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon
+from .conftest import Client, Daemon, wedge_model
 
 
 class NotifySocket:
@@ -106,68 +104,6 @@ def get(url: str) -> tuple[int, Any] | None:
     if kind["Content-Type"] == "application/json":
         return status, json.loads(body)
     return status, body.decode()
-
-
-def wedge_model(path: Path) -> Path:
-    """A model with BlazeFace short range's interface whose execution never ends.
-
-    Input ``input`` float32 (N, 3, 128, 128); outputs ``regressors`` (N, 896, 16) and
-    ``classificators`` (N, 896, 1). A ``Loop`` of 2**62 turns (about 1 µs each on a CPU)
-    feeds both outputs, so onnxruntime can neither skip it nor fold it at load time (its
-    carried value comes from the input).
-    """
-    body = helper.make_graph(
-        [
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
-        ],
-        "spin",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1]),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1]),
-        ],
-        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
-    )
-    nodes = [
-        helper.make_node("ReduceMean", ["input"], ["mean"], axes=[1, 2, 3], keepdims=1),
-        helper.make_node("Reshape", ["mean", "n11"], ["per_frame"]),  # (N, 1, 1)
-        helper.make_node("ReduceMean", ["input"], ["all"], keepdims=0),
-        helper.make_node("Reshape", ["all", "one_dim"], ["v0"]),  # (1,)
-        helper.make_node("Loop", ["trips", "true", "v0"], ["v"], body=body),
-        helper.make_node("Mul", ["per_frame", "zero"], ["z"]),
-        helper.make_node("Add", ["z", "v"], ["t"]),
-        helper.make_node("Expand", ["t", "regressors_shape"], ["regressors"]),
-        helper.make_node("Expand", ["t", "classificators_shape"], ["classificators"]),
-    ]
-    constants = [
-        helper.make_tensor("n11", TensorProto.INT64, [3], [-1, 1, 1]),
-        helper.make_tensor("one_dim", TensorProto.INT64, [1], [1]),
-        helper.make_tensor("trips", TensorProto.INT64, [], [2**62]),
-        helper.make_tensor("true", TensorProto.BOOL, [], [True]),
-        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
-        helper.make_tensor("regressors_shape", TensorProto.INT64, [3], [1, 896, 16]),
-        helper.make_tensor("classificators_shape", TensorProto.INT64, [3], [1, 896, 1]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "wedge",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 128, 128])],
-        [
-            helper.make_tensor_value_info("regressors", TensorProto.FLOAT, ["N", 896, 16]),
-            helper.make_tensor_value_info("classificators", TensorProto.FLOAT, ["N", 896, 1]),
-        ],
-        constants,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, path)
-    return path
 
 
 def test_notify_sequence_ready_watchdog_status_reload_stopping(
