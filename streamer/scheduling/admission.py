@@ -174,7 +174,7 @@ class AdmissionQueue(Mailbox):
                     kept.append(item)
             self._markers -= 1
             self._items.extendleft(reversed(kept))
-            self._taken([])
+            self._taken([])  # wakes a blocked ingress if there is room now
         return dropped
 
     def qsize(self) -> int:

@@ -10,9 +10,10 @@ stages or replicas), and the in-band marker is :data:`~streamer.frames.STOP` its
    with a switch): every frame before the marker was prepared for the old chain's first
    stage, every frame after it for the new one's;
 3. the old chain drains stage by stage as at shutdown, its results going to the shared
-   egress, and its models are closed (:func:`retire`); one that does not drain in time is
-   given up, and the frames still queued before its marker are dropped (``shutdown``) with
-   the marker (``AdmissionQueue.discard_through``): they were prepared for it;
+   egress, and its models are closed (:func:`retire`); one that does not drain in time (60 s,
+   or the daemon's ``drain_timeout_s`` after a stop request) is given up, and the frames
+   still queued before its marker are dropped (``shutdown``) with the marker
+   (``AdmissionQueue.discard_through``): they were prepared for it;
 4. only then does the new first batcher start and take the frames after the marker.
 
 Frames before the marker thus finish on the old chain and frames after it run on the new one,
@@ -71,6 +72,7 @@ class _Deadline:
         self.stopped_at: float | None = None
 
     def current(self) -> float:
+        """The deadline now, ``time.monotonic()`` seconds."""
         if self._stop is not None and self._stop.is_set() and self.stopped_at is None:
             self.stopped_at = time.monotonic()
         if self.stopped_at is None:
