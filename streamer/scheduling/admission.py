@@ -16,6 +16,10 @@ the queue is full is the ingress's ``on_full`` policy:
   so each source holds at most one frame: live cameras get their freshest picture; beyond
   that the oldest frame is dropped (``queue_full``).
 
+The policies share one queue, and each applies to its own ingress's frames: a frame that came
+in under ``block`` is never dropped to make room for another ingress's; when only such frames
+are queued, a ``drop_oldest`` or ``latest`` frame is dropped itself (``queue_full``).
+
 Dropped frames have their pending preprocessing cancelled, are counted with their reason and
 are reported to ``on_drop`` (egress's reorder buffer, so the source's stream does not wait for
 them). Markers (end-of-stream, stop, model swap) are never dropped nor held back by capacity.
@@ -83,6 +87,7 @@ class AdmissionQueue(Mailbox):
         self._preparing = 0
         self._switching = False
         self._reserved = 0  # places of block frames being prepared
+        self._kept: set[int] = set()  # id() of the queued frames that came in under block
 
     def offer(self, item: Frame | EndOfStream, policy: FullPolicy) -> None:
         """Admit one received item under ``policy`` (see the module docstring).
@@ -183,13 +188,20 @@ class AdmissionQueue(Mailbox):
 
     def _queue(self, frame: Frame, policy: FullPolicy) -> None:
         """Under the lock: queue ``frame``, making room under ``policy`` (``block`` made it
-        before)."""
+        before, unless other ingresses' frames took it: one of those is dropped)."""
         if policy == "latest":
             self._supersede(frame)
         while self._frames >= self._capacity:
-            self._drop_oldest()
+            if self._drop_oldest():
+                continue
+            if policy == "block":
+                break  # over capacity by this frame, rather than drop a block frame
+            self._drop(frame, Reason.QUEUE_FULL)
+            return
         self._frames += 1
         self._newest[frame.source] = frame
+        if policy == "block":
+            self._kept.add(id(frame))
         self._push(frame)
 
     def _ready_to_prepare(self, block: bool) -> bool:
@@ -234,23 +246,27 @@ class AdmissionQueue(Mailbox):
     def _forget(self, frame: Frame) -> None:
         """Under the lock: ``frame`` left the queue."""
         self._frames -= 1
+        self._kept.discard(id(frame))
         if self._newest.get(frame.source) is frame:
             del self._newest[frame.source]
 
     def _supersede(self, frame: Frame) -> None:
         older = self._newest.get(frame.source)
-        if older is not None:
+        if older is not None and id(older) not in self._kept:
             self._items.remove(older)
-            self._frames -= 1
+            self._forget(older)
             self._drop(older, Reason.SUPERSEDED)
 
-    def _drop_oldest(self) -> None:
+    def _drop_oldest(self) -> bool:
+        """Drop the oldest queued frame that did not come in under ``block``; False if
+        there is none."""
         for index, item in enumerate(self._items):
-            if isinstance(item, Frame):
+            if isinstance(item, Frame) and id(item) not in self._kept:
                 del self._items[index]
                 self._forget(item)
                 self._drop(item, Reason.QUEUE_FULL)
-                return
+                return True
+        return False
 
     def _drop(self, frame: Frame, reason: str) -> None:
         if frame.pending is not None:

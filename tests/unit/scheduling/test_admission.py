@@ -231,3 +231,25 @@ def test_a_given_up_reload_discards_its_marker_and_the_frames_before_it() -> Non
     items += admission.take(8, 1)
     assert isinstance(items[0], EndOfStream) and [f.seq for f in items[1:]] == [2]
     assert admission.qsize() == 0 and admission.discard_through("stop") == 0
+
+
+def test_frames_that_came_in_under_block_are_never_dropped_for_other_ingresses() -> None:
+    """One queue, a policy per ingress: drop_oldest and latest make room with their own
+    frames only; with nothing of theirs queued, their new frame is the one dropped."""
+    admission, counts, dropped, _ = make(capacity=3)
+    admission.offer(frame("cam", 0), "block")
+    admission.offer(frame("live", 0), "drop_oldest")
+    admission.offer(frame("cam", 1), "block")
+    admission.offer(frame("live", 1), "drop_oldest")  # full: drops live 0, not cam 0
+    admission.offer(frame("cam", 2), "latest")  # supersedes no block frame; drops live 1
+    assert [(f.source, f.seq) for f in dropped] == [("live", 0), ("live", 1)]
+    queued = [(f.source, f.seq) for f in admission.take(8, 1)]
+    assert queued == [("cam", 0), ("cam", 1), ("cam", 2)]
+
+    admission.offer(frame("cam", 3), "block")
+    admission.offer(frame("cam", 4), "block")
+    admission.offer(frame("cam", 5), "block")
+    admission.offer(frame("live", 2), "drop_oldest")  # only block frames queued
+    assert [(f.source, f.seq) for f in dropped][-1] == ("live", 2)
+    assert [f.seq for f in admission.take(8, 1)] == [3, 4, 5]
+    assert counts.snapshot().dropped == {"queue_full": 3}
