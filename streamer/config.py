@@ -65,6 +65,12 @@ class DaemonConfig(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "console", "json"] = "auto"
     drain_timeout_s: float = Field(10.0, gt=0)
+    reload_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="at a reload, longest wait for the old chain to finish the frames queued "
+        "before the switch; then it is given up and the frames it holds are dropped",
+    )
     decode_workers: int = Field(0, ge=0, description="0 = one per CPU core")
     queue_size: int = Field(64, ge=1, description="frames buffered between two stages")
     source_idle_s: float = Field(60.0, gt=0, description="forget a source silent this long")

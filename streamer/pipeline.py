@@ -55,7 +55,6 @@ __all__ = ["INLINE_MAX_PIXELS", "Pipeline", "prepare_frame", "prepared_inline"]
 _log = structlog.get_logger(__name__)
 _START_TIMEOUT_S = 10.0
 _ABORT_JOIN_S = 2.0
-_SWAP_TIMEOUT_S = 60.0
 
 
 def _models_identity(config: Config) -> list[tuple[object, ...]]:
@@ -337,7 +336,8 @@ class Pipeline:
 
         self._inbox.put_marker(STOP, switch)
         self._retired.append(old)
-        if retire(old, _SWAP_TIMEOUT_S, stop, self.config.daemon.drain_timeout_s):
+        settings = self.config.daemon
+        if retire(old, settings.reload_timeout_s, stop, settings.drain_timeout_s):
             self._retired.remove(old)
         elif dropped := self._inbox.discard_through(STOP):
             _log.warning("reload_dropped_frames", frames=dropped, reason="old chain given up")

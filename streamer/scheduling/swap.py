@@ -10,8 +10,8 @@ stages or replicas), and the in-band marker is :data:`~streamer.frames.STOP` its
    with a switch): every frame before the marker was prepared for the old chain's first
    stage, every frame after it for the new one's;
 3. the old chain drains stage by stage as at shutdown, its results going to the shared
-   egress, and its models are closed (:func:`retire`); one that does not drain in time (60 s,
-   or the daemon's ``drain_timeout_s`` after a stop request) is given up, and the frames
+   egress, and its models are closed (:func:`retire`); one that does not drain in time
+   (``reload_timeout_s``, or ``drain_timeout_s`` after a stop request) is given up, and the frames
    still queued before its marker are dropped (``shutdown``) with the marker
    (``AdmissionQueue.discard_through``): they were prepared for it;
 4. only then does the new first batcher start and take the frames after the marker.

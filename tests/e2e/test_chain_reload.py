@@ -152,3 +152,41 @@ def test_a_stop_during_a_reload_cuts_the_old_chains_drain_short(
     assert "reload_drain_cut_short" in events and "reload_swap_stuck" not in events
     assert final["received"] == 20 == final["published"] + final["failed"] + final["dropped"]
     daemon.stop(timeout_s=30)  # onnxruntime ends the process abnormally under a wedged run
+
+
+def test_after_a_stuck_reload_the_new_chain_serves_every_later_frame(
+    tmp_path: Path, connect: Any, astronaut: np.ndarray
+) -> None:
+    """An old chain that cannot drain (its model never finishes an execution) is given up
+    after ``reload_timeout_s``: what was queued for it is dropped, and the new chain runs
+    every frame sent after the reload."""
+    wedge = wedge_model(tmp_path / "wedge.onnx")
+
+    def wedged(text: str) -> str:
+        text = text.replace('asset = "blazeface_short_range"', f'path = "{wedge}"')
+        return text.replace("replicas = 2 ", "replicas = 1 ").replace(
+            "reload_timeout_s = 60.0", "reload_timeout_s = 1.0"
+        )
+
+    daemon = shipped("default.toml", tmp_path, wedged)
+    jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
+    with zmq.Context() as context, context.socket(zmq.PUSH) as push:
+        push.setsockopt(zmq.LINGER, 1000)
+        push.connect(daemon.ingress)
+        for seq in range(100):  # more than the old chain takes: some stay queued for it
+            push.send_multipart(encode_frame("stuck", seq, jpeg, encoding="jpeg"))
+    daemon.config_path.write_text(shipped_text("default.toml", ports_of(daemon)))
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_event("reloaded", 30)
+    client: Client = connect(daemon)
+    for seq in range(30):
+        client.send_parts(encode_frame("cam", seq, jpeg, encoding="jpeg"))
+    results = [r for r in client.collect(30) if r["source"] == "cam"]
+    assert [r["seq"] for r in results] == list(range(30))
+    assert all(r["error"] is None and len(r["detections"]) == 1 for r in results)
+    events = [e.get("event") for e in daemon.logs]
+    assert "reload_swap_stuck" in events and "reload_dropped_frames" in events
+    daemon.process.send_signal(signal.SIGTERM)
+    final = daemon.wait_event("stopped", 40)
+    assert final["received"] == final["published"] + final["failed"] + final["dropped"]
+    daemon.stop(timeout_s=30)  # onnxruntime ends the process abnormally under a wedged run
