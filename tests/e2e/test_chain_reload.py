@@ -122,29 +122,38 @@ def test_reloads_under_full_load_keep_every_frame_on_its_chain_and_in_order(
     assert final["published"] == final["received"] and final["reorder_gave_up"] == 0
 
 
+def reload_from_a_wedged_chain(
+    tmp_path: Path, jpeg: bytes, frames: int, setting: tuple[str, str]
+) -> Daemon:
+    """The default config on a model that never finishes an execution (one replica, the
+    ``[daemon]`` line ``setting[0]`` replaced by ``setting[1]``), ``frames`` frames of
+    source ``stuck`` sent to it, then a SIGHUP to the default config."""
+    wedge = wedge_model(tmp_path / "wedge.onnx")
+
+    def wedged(text: str) -> str:
+        text = text.replace('asset = "blazeface_short_range"', f'path = "{wedge}"')
+        return text.replace("replicas = 2 ", "replicas = 1 ").replace(*setting)
+
+    daemon = shipped("default.toml", tmp_path, wedged)
+    with zmq.Context() as context, context.socket(zmq.PUSH) as push:
+        push.setsockopt(zmq.LINGER, 1000)
+        push.connect(daemon.ingress)
+        for seq in range(frames):
+            push.send_multipart(encode_frame("stuck", seq, jpeg, encoding="jpeg"))
+    daemon.config_path.write_text(shipped_text("default.toml", ports_of(daemon)))
+    daemon.process.send_signal(signal.SIGHUP)
+    return daemon
+
+
 def test_a_stop_during_a_reload_cuts_the_old_chains_drain_short(
     tmp_path: Path, astronaut: np.ndarray
 ) -> None:
     """SIGTERM while a reload waits for an old chain that cannot drain (its model never
     finishes an execution): the old chain gets ``drain_timeout_s`` from the signal, not the
     reload's 60 s, and the frames it holds are counted as shutdown drops."""
-    wedge = wedge_model(tmp_path / "wedge.onnx")
-
-    def wedged(text: str) -> str:
-        text = text.replace('asset = "blazeface_short_range"', f'path = "{wedge}"')
-        return text.replace("replicas = 2 ", "replicas = 1 ").replace(
-            "drain_timeout_s = 10.0", "drain_timeout_s = 1.0"
-        )
-
-    daemon = shipped("default.toml", tmp_path, wedged)
     jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
-    with zmq.Context() as context, context.socket(zmq.PUSH) as push:
-        push.setsockopt(zmq.LINGER, 1000)
-        push.connect(daemon.ingress)
-        for seq in range(20):
-            push.send_multipart(encode_frame("cam", seq, jpeg, encoding="jpeg"))
-    daemon.config_path.write_text(shipped_text("default.toml", ports_of(daemon)))
-    daemon.process.send_signal(signal.SIGHUP)
+    drain = ("drain_timeout_s = 10.0", "drain_timeout_s = 1.0")
+    daemon = reload_from_a_wedged_chain(tmp_path, jpeg, 20, drain)
     daemon.wait_event("signal_received")
     daemon.process.send_signal(signal.SIGTERM)
     final = daemon.wait_event("stopped", 40)  # the old chain's 60 s would come first
@@ -160,23 +169,10 @@ def test_after_a_stuck_reload_the_new_chain_serves_every_later_frame(
     """An old chain that cannot drain (its model never finishes an execution) is given up
     after ``reload_timeout_s``: what was queued for it is dropped, and the new chain runs
     every frame sent after the reload."""
-    wedge = wedge_model(tmp_path / "wedge.onnx")
-
-    def wedged(text: str) -> str:
-        text = text.replace('asset = "blazeface_short_range"', f'path = "{wedge}"')
-        return text.replace("replicas = 2 ", "replicas = 1 ").replace(
-            "reload_timeout_s = 60.0", "reload_timeout_s = 1.0"
-        )
-
-    daemon = shipped("default.toml", tmp_path, wedged)
     jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
-    with zmq.Context() as context, context.socket(zmq.PUSH) as push:
-        push.setsockopt(zmq.LINGER, 1000)
-        push.connect(daemon.ingress)
-        for seq in range(100):  # more than the old chain takes: some stay queued for it
-            push.send_multipart(encode_frame("stuck", seq, jpeg, encoding="jpeg"))
-    daemon.config_path.write_text(shipped_text("default.toml", ports_of(daemon)))
-    daemon.process.send_signal(signal.SIGHUP)
+    timeout = ("reload_timeout_s = 60.0", "reload_timeout_s = 1.0")
+    # more frames than the old chain takes: some stay queued for it
+    daemon = reload_from_a_wedged_chain(tmp_path, jpeg, 100, timeout)
     daemon.wait_event("reloaded", 30)
     client: Client = connect(daemon)
     for seq in range(30):

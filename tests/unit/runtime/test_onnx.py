@@ -1,4 +1,5 @@
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from streamer.cli import main
 from streamer.config import RuntimeConfig
 from streamer.errors import BackendError, ConfigError, ModelError
 from streamer.runtime import ModelSpec, open_backend
+from streamer.runtime.base import QueueModel
 
 
 def test_model_info_and_fifo_batches(short_range_model: Path) -> None:
@@ -57,46 +59,47 @@ def test_missing_and_invalid_model_files(tmp_path: Path) -> None:
             backend.load(ModelSpec("face", junk))
 
 
-def test_enqueue_blocks_beyond_max_in_flight(short_range_model: Path) -> None:
-    import threading
+def second_enqueue(
+    model: QueueModel, batch: np.ndarray
+) -> tuple[threading.Thread, list[BackendError]]:
+    """Enqueue ``batch`` on a thread of its own, after one batch already went in: the
+    thread, and the BackendError it raised, if any."""
+    model.enqueue([batch])
+    errors: list[BackendError] = []
 
+    def enqueue() -> None:
+        try:
+            model.enqueue([batch])
+        except BackendError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=enqueue)
+    thread.start()
+    thread.join(0.3)
+    assert thread.is_alive()  # held back by the batch in flight
+    return thread, errors
+
+
+def test_enqueue_blocks_beyond_max_in_flight(short_range_model: Path) -> None:
     with (
         open_backend(RuntimeConfig()) as backend,
         backend.load(ModelSpec("face", short_range_model, max_in_flight=1)) as model,
     ):
         batch = np.zeros((1, 3, 128, 128), np.float32)
-        model.enqueue([batch])
-        second = threading.Thread(target=model.enqueue, args=([batch],))
-        second.start()
-        second.join(0.3)
-        assert second.is_alive()  # held back until the first batch is dequeued
+        second, errors = second_enqueue(model, batch)
         assert model.dequeue(5000) is not None
         second.join(5)
-        assert not second.is_alive()
+        assert not second.is_alive() and not errors
         assert model.dequeue(5000) is not None
 
 
 def test_interrupt_ends_an_enqueue_waiting_for_room(short_range_model: Path) -> None:
-    import threading
-
     with (
         open_backend(RuntimeConfig()) as backend,
         backend.load(ModelSpec("face", short_range_model, max_in_flight=1)) as model,
     ):
         batch = np.zeros((1, 3, 128, 128), np.float32)
-        model.enqueue([batch])
-        errors: list[BackendError] = []
-
-        def enqueue() -> None:
-            try:
-                model.enqueue([batch])
-            except BackendError as exc:
-                errors.append(exc)
-
-        second = threading.Thread(target=enqueue)
-        second.start()
-        second.join(0.3)
-        assert second.is_alive()  # waits for room that nothing will make
+        second, errors = second_enqueue(model, batch)
         model.interrupt()
         second.join(5)
         assert not second.is_alive() and "interrupted" in str(errors[0])

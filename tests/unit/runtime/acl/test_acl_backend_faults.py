@@ -13,7 +13,7 @@ from acl_testing import MakeBackend, Reference, assert_close, blazeface_input
 
 from streamer.errors import BackendError
 from streamer.runtime.acl.constants import AclCode
-from streamer.runtime.base import ModelSpec
+from streamer.runtime.base import ModelSpec, QueueModel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -116,29 +116,41 @@ def test_queue_timeouts_reported_as_driver_timeouts(
     model.close()
 
 
+class SecondEnqueue:
+    """Two enqueues of ``batch`` from one thread (S28), the second started once the first
+    returned: ``done`` when it returns, ``errors`` what it raised."""
+
+    def __init__(self, model: QueueModel, batch: np.ndarray) -> None:
+        self.done = threading.Event()
+        self.errors: list[BackendError] = []
+        first_done = threading.Event()
+
+        def enqueue_two() -> None:
+            model.attach_thread()
+            model.enqueue([batch])
+            first_done.set()
+            try:
+                model.enqueue([batch])
+            except BackendError as exc:
+                self.errors.append(exc)
+            self.done.set()
+
+        self.thread = threading.Thread(target=enqueue_two)
+        self.thread.start()
+        assert first_done.wait(5)
+
+
 @pytest.mark.parametrize("mode", ["queue", "async", "sync"])
 def test_enqueue_blocks_at_max_in_flight(
     mode: str, make_backend: MakeBackend, static4_model: Path, frames: list[np.ndarray]
 ) -> None:
     backend = make_backend(queue_depth=2)
     model = backend.load(ModelSpec("face", static4_model, mode=mode, max_in_flight=1))
-    batch = blazeface_input(frames[:4])
-    first_done, second_done = threading.Event(), threading.Event()
-
-    def enqueue_two() -> None:  # one enqueue thread for both (S28)
-        model.attach_thread()
-        model.enqueue([batch])
-        first_done.set()
-        model.enqueue([batch])
-        second_done.set()
-
-    thread = threading.Thread(target=enqueue_two)
-    thread.start()
-    assert first_done.wait(5)
-    assert not second_done.wait(0.3), "one batch in flight: the second enqueue waits"
+    second = SecondEnqueue(model, blazeface_input(frames[:4]))
+    assert not second.done.wait(0.3), "one batch in flight: the second enqueue waits"
     assert model.dequeue(5000) is not None
-    assert second_done.wait(5), "a dequeue makes room"
-    thread.join()
+    assert second.done.wait(5) and not second.errors, "a dequeue makes room"
+    second.thread.join()
     assert model.dequeue(5000) is not None
     model.close()
 
@@ -149,26 +161,11 @@ def test_interrupt_ends_an_enqueue_waiting_for_room(
 ) -> None:
     backend = make_backend(queue_depth=2)
     model = backend.load(ModelSpec("face", static4_model, mode=mode, max_in_flight=1))
-    batch = blazeface_input(frames[:4])
-    first_done, errors = threading.Event(), []
-
-    def enqueue_two() -> None:  # one enqueue thread for both (S28)
-        model.attach_thread()
-        model.enqueue([batch])
-        first_done.set()
-        try:
-            model.enqueue([batch])
-        except BackendError as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=enqueue_two)
-    thread.start()
-    assert first_done.wait(5)
-    thread.join(0.3)
-    assert thread.is_alive(), "one batch in flight: the second enqueue waits"
+    second = SecondEnqueue(model, blazeface_input(frames[:4]))
+    assert not second.done.wait(0.3), "one batch in flight: the second enqueue waits"
     model.interrupt()
-    thread.join(5)
-    assert not thread.is_alive() and "interrupted" in str(errors[0])
+    assert second.done.wait(5) and "interrupted" in str(second.errors[0])
+    second.thread.join()
     assert model.dequeue(5000) is not None  # the batch already in still finishes
     model.close()
 
