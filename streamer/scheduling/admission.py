@@ -87,7 +87,7 @@ class AdmissionQueue(Mailbox):
         self._preparing = 0
         self._switching = False
         self._reserved = 0  # places of block frames being prepared
-        self._kept: set[int] = set()  # id() of the queued frames that came in under block
+        self._kept: set[Frame] = set()  # queued frames that came in under block
 
     def offer(self, item: Frame | EndOfStream, policy: FullPolicy) -> None:
         """Admit one received item under ``policy`` (see the module docstring).
@@ -201,7 +201,7 @@ class AdmissionQueue(Mailbox):
         self._frames += 1
         self._newest[frame.source] = frame
         if policy == "block":
-            self._kept.add(id(frame))
+            self._kept.add(frame)
         self._push(frame)
 
     def _ready_to_prepare(self, block: bool) -> bool:
@@ -246,13 +246,13 @@ class AdmissionQueue(Mailbox):
     def _forget(self, frame: Frame) -> None:
         """Under the lock: ``frame`` left the queue."""
         self._frames -= 1
-        self._kept.discard(id(frame))
+        self._kept.discard(frame)
         if self._newest.get(frame.source) is frame:
             del self._newest[frame.source]
 
     def _supersede(self, frame: Frame) -> None:
         older = self._newest.get(frame.source)
-        if older is not None and id(older) not in self._kept:
+        if older is not None and older not in self._kept:
             self._items.remove(older)
             self._forget(older)
             self._drop(older, Reason.SUPERSEDED)
@@ -261,7 +261,7 @@ class AdmissionQueue(Mailbox):
         """Drop the oldest queued frame that did not come in under ``block``; False if
         there is none."""
         for index, item in enumerate(self._items):
-            if isinstance(item, Frame) and id(item) not in self._kept:
+            if isinstance(item, Frame) and item not in self._kept:
                 del self._items[index]
                 self._forget(item)
                 self._drop(item, Reason.QUEUE_FULL)
