@@ -7,13 +7,16 @@ Pre- and post-processor parameters are free-form tables here; the plug-in regist
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+import pydantic_core
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -46,6 +49,7 @@ __all__ = [
     "StageInput",
     "cache_dir",
     "load_config",
+    "validate_strict",
 ]
 
 MiB = 1024 * 1024
@@ -53,6 +57,25 @@ MiB = 1024 * 1024
 FullPolicy = Literal["block", "drop_oldest", "latest"]
 """What an ingress does when the queue to the batcher is full (see
 :mod:`streamer.scheduling.admission`)."""
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def validate_strict(model: type[_Model], table: Mapping[str, Any]) -> _Model:
+    """Validate a table read from TOML against ``model`` without converting types.
+
+    Pydantic's default (lax) mode would take ``max_size = "8"`` as 8, ``replicas = true``
+    as 1 and ``enabled = "no"`` as False, hiding typos in a config. This validates in
+    pydantic's strict JSON mode instead: a TOML integer may fill a float and an array a
+    tuple, but a string never fills a number, nor a number a bool. Values that are not
+    JSON (TOML dates, paths) are passed as their ISO or string form.
+
+    Raises:
+        pydantic.ValidationError: as ``model.model_validate`` does.
+    """
+    data = json.dumps(table, default=pydantic_core.to_jsonable_python)
+    return model.model_validate_json(data, strict=True)
 
 
 class _Strict(BaseModel):
@@ -576,6 +599,6 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
     _resolve_key_paths(data, file.resolve().parent)
     try:
-        return Config.model_validate({**data, "source_file": file.resolve()})
+        return validate_strict(Config, {**data, "source_file": file.resolve()})
     except ValidationError as exc:
         raise ConfigError(_format_errors(file, exc)) from exc

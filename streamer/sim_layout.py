@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import onnx
 
-from streamer.config import Config, ModelConfig, RuntimeConfig
+from streamer.config import Config, ModelConfig, RuntimeConfig, validate_strict
 from streamer.errors import ConfigError
 from streamer.runtime.acl.sim.manifest import manifest_path, onnx_path
 from streamer.runtime.letterbox_keys import letterbox_keys
@@ -229,7 +229,7 @@ def _pnet_gears(stage: ModelConfig) -> list[list[int]]:
     """P-Net's pyramid levels as ``[height, width]`` of its (N, W, H, 3) input: the image's
     width and height (MTCNN's nets see images transposed)."""
     assert stage.postprocess is not None
-    params = PNetParams.model_validate(stage.postprocess.params())
+    params = validate_strict(PNetParams, stage.postprocess.params())
     gears = pnet_gears(*params.max_size, params.min_face_px, params.factor)
     return [list(gear.input_shape[:2]) for gear in gears]
 

@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from streamer.config import PluginConfig
+from streamer.config import PluginConfig, validate_strict
 from streamer.errors import ConfigError
 from streamer.runtime.graph_preprocess import InputNormalization
 
@@ -52,7 +52,7 @@ def letterbox_keys(table: PluginConfig | None) -> LetterboxKeys | None:
     if table is None or table.kind != "letterbox":
         return None
     try:
-        return LetterboxKeys.model_validate(table.params())
+        return validate_strict(LetterboxKeys, table.params())
     except ValidationError as exc:
         key = ".".join(str(p) for p in exc.errors()[0]["loc"])
         raise ConfigError(f"preprocess.{key}: {exc.errors()[0]['msg']}") from exc

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from streamer.config import PluginConfig
+from streamer.config import PluginConfig, validate_strict
 from streamer.errors import ConfigError
 from streamer.runtime.graph_preprocess import InputNormalization
 
@@ -63,7 +63,7 @@ def mtcnn_keys(table: PluginConfig | None) -> MtcnnKeys | None:
     if table is None or table.kind not in MTCNN_KINDS:
         return None
     try:
-        return MtcnnKeys.model_validate(table.params())
+        return validate_strict(MtcnnKeys, table.params())
     except ValidationError as exc:
         key = ".".join(str(p) for p in exc.errors()[0]["loc"])
         raise ConfigError(f"postprocess.{key}: {exc.errors()[0]['msg']}") from exc

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from streamer.config import validate_strict
 from streamer.errors import ConfigError
 
 __all__ = ["OnnxOptions", "parse_onnx_options"]
@@ -52,7 +53,7 @@ def parse_onnx_options(options: Mapping[str, Any], where: str = "runtime.options
             ``<where>.<key>``.
     """
     try:
-        return OnnxOptions.model_validate(dict(options))
+        return validate_strict(OnnxOptions, options)
     except ValidationError as exc:
         lines = [
             f"{where}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()

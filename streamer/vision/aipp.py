@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from streamer.config import Config, ModelConfig
+from streamer.config import Config, ModelConfig, validate_strict
 from streamer.errors import ConfigError
 from streamer.runtime.acl.aipp_dynamic import DynamicAippConfig
 from streamer.runtime.acl.aipp_static import StaticAipp
@@ -99,7 +99,7 @@ def letterbox_aipp(
     table = stage.preprocess
     if table is None or table.kind != "letterbox":
         raise ConfigError(f"model {model!r}: AIPP is generated from a letterbox preprocess")
-    params = LetterboxParams.model_validate(table.params())
+    params = validate_strict(LetterboxParams, table.params())
     height, width = size or params.size or _onnx_size(config.model_path(stage), params.layout)
     if params.aipp == "dynamic":
         return DynamicAippConfig.for_images(_largest_batch(stage), height, width)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from streamer.config import PluginConfig
+from streamer.config import PluginConfig, validate_strict
 from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo
 from streamer.runtime.ops.base import Operators
@@ -190,7 +190,7 @@ def _validate(entry: RegistryEntry[Any], raw: dict[str, Any], where: str) -> Plu
         ConfigError: one line per key at fault, each ``<where>.<key>: <problem>``.
     """
     try:
-        return entry.params.model_validate(raw)
+        return validate_strict(entry.params, raw)
     except ValidationError as exc:
         known = ", ".join(sorted(entry.params.model_fields)) or "none"
         lines = [f"{where}: invalid parameters for {entry.name!r}"]

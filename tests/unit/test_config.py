@@ -75,6 +75,29 @@ def test_missing_sections_and_bad_values(tmp_path: Path) -> None:
         load_config(write(tmp_path, MINIMAL + "[models.batch]\nmax_size = 0\n"))
 
 
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ('[models.batch]\nmax_size = "8"\n', "models.0.batch.max_size"),
+        ("[models.batch]\nmax_size = 8.0\n", "models.0.batch.max_size"),
+        ("[daemon]\nqueue_size = true\n", "daemon.queue_size"),
+        ('[daemon]\ndrain_timeout_s = "5"\n', "daemon.drain_timeout_s"),
+        ('[runtime]\ndevices = ["0"]\n', "runtime.devices.0"),
+    ],
+)
+def test_values_of_the_wrong_type_are_errors_not_converted(
+    tmp_path: Path, extra: str, key: str
+) -> None:
+    message = error(tmp_path, MINIMAL + extra)
+    assert f"{key}: Input should be a valid" in message
+
+
+def test_an_integer_fills_a_float_and_an_array_a_tuple(tmp_path: Path) -> None:
+    text = MINIMAL + "[daemon]\ndrain_timeout_s = 3\n[runtime]\ndevices = [0, 1]\n"
+    config = load_config(write(tmp_path, text))
+    assert config.daemon.drain_timeout_s == 3.0 and config.runtime.devices == (0, 1)
+
+
 def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "nope.toml")

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from streamer.config import validate_strict
 from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MIN
 
@@ -164,7 +165,7 @@ def parse_options(options: Mapping[str, Any], *, simulated: bool) -> AclOptions:
     if not simulated and "sim" in options:
         raise ConfigError('runtime.options.sim: only valid with runtime.backend = "acl-sim"')
     try:
-        parsed = AclOptions.model_validate(dict(options))
+        parsed = validate_strict(AclOptions, options)
     except ValidationError as exc:
         raise _config_error("runtime.options", exc) from exc
     if simulated and parsed.sim is None:
@@ -179,6 +180,6 @@ def parse_model_options(base: AclOptions, overrides: Mapping[str, Any], model: s
         ConfigError: an override is unknown or invalid; the message names the model and key.
     """
     try:
-        return ModelOptions.model_validate({**base.model_options(), **overrides})
+        return validate_strict(ModelOptions, {**base.model_options(), **overrides})
     except ValidationError as exc:
         raise _config_error(f"model {model!r} options", exc) from exc

@@ -113,6 +113,8 @@ def test_interrupt_ends_an_enqueue_waiting_for_room(short_range_model: Path) -> 
         ({"intra_op_thread": 1}, "runtime.options.intra_op_thread: Extra inputs are not permitted"),
         ({"intra_op_threads": -1}, "runtime.options.intra_op_threads: Input should be greater"),
         ({"providers": []}, "runtime.options.providers: Tuple should have at least 1 item"),
+        ({"intra_op_threads": True}, "runtime.options.intra_op_threads: Input should be a valid"),
+        ({"intra_op_threads": "2"}, "runtime.options.intra_op_threads: Input should be a valid"),
     ],
 )
 def test_unknown_or_invalid_options_are_config_errors(options: dict[str, Any], says: str) -> None:

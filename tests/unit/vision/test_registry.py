@@ -132,6 +132,8 @@ def test_blazeface_accepts_either_variant_and_nhwc() -> None:
         ({"iou_threshold": -0.1}, "iou_threshold"),
         ({"max_detections": 0}, "max_detections"),
         ({"nms": "weighted"}, "nms"),
+        ({"score_threshold": "0.5"}, "score_threshold"),  # a string is not a number
+        ({"max_detections": 10.0}, "max_detections"),
     ],
 )
 def test_blazeface_params_are_validated(params: dict[str, object], key: str) -> None:
