@@ -10,7 +10,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ import pytest
 import zmq
 from onnx import TensorProto, helper
 
+from streamer.bench.bench_config import free_port
 from streamer.clients.subscriber import Subscriber
 from streamer.config import Config, load_config
 from streamer.config_writer import write_config
@@ -34,12 +34,6 @@ from streamer.transport.protocol import encode_frame
 
 READY_TIMEOUT_S = 60.0
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 CONFIG = """

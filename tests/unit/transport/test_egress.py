@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import queue
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -14,18 +13,13 @@ from typing import Any
 import pytest
 import zmq
 
+from streamer.bench.bench_config import free_port
 from streamer.config import EgressConfig
 from streamer.frames import STOP, Batch, Frame, OutcomeCounts
 from streamer.scheduling.reorder import ReorderBuffer
 from streamer.transport.egress import Egress
 
 _FRAMES = 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def frames(count: int) -> list[Frame]:
