@@ -29,9 +29,9 @@ Follows MediaPipe's face detection graph (``mediapipe/modules/face_detection/``
    :class:`LetterboxTransform` to pixels of the decoded image, clipped to the image.
 
 Steps run on whole batches: with ``nms = "host"`` the candidates of every frame of a batch
-are thresholded, scored and decoded in one call each, and only step 3 runs per frame (a frame
-with one candidate skips it: that candidate is its detection); step 4 maps every detection of
-the batch in one pass, whichever the NMS.
+are thresholded, scored, decoded and suppressed (step 3,
+:func:`~streamer.vision.postprocess.weighted_nms.weighted_nms_batch`) in one call each; step 4
+maps every detection of the batch in one pass, whichever the NMS.
 
 The six keypoints are, in order: right eye, left eye, nose tip, mouth, right ear tragion,
 left ear tragion (from the subject's point of view; MediaPipe ``FaceKeyPoint``).
@@ -52,7 +52,8 @@ from streamer.errors import ConfigError, FrameError, Reason
 from streamer.runtime.base import ModelInfo, Tensor
 from streamer.runtime.ops.base import Operators
 from streamer.vision.nms_place import NmsPlace, operators_for
-from streamer.vision.postprocess.blazeface_nms import Found, OperatorNms
+from streamer.vision.postprocess.blazeface_nms import OperatorNms
+from streamer.vision.postprocess.weighted_nms import Found, weighted_nms_batch
 from streamer.vision.preprocess import LetterboxTransform, rows_to_image
 from streamer.vision.registry import POSTPROCESSORS, PluginParams
 
@@ -64,19 +65,11 @@ __all__ = [
     "BlazeFaceParams",
     "decode_boxes",
     "ssd_anchors",
-    "weighted_nms",
 ]
 
 NUM_COORDS = 16
 NUM_KEYPOINTS = 6
 LABEL = "face"
-
-_NO_DETECTIONS: Found = (
-    np.zeros((0, 4), np.float32),
-    np.zeros((0, NUM_KEYPOINTS, 2), np.float32),
-    np.zeros(0, np.float32),
-)
-"""A frame without candidates (zero-size arrays, shared by every such frame)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,69 +140,6 @@ def decode_boxes(regressors: np.ndarray, anchors: np.ndarray) -> tuple[np.ndarra
     return boxes.astype(np.float32, copy=False), keypoints.astype(np.float32, copy=False)
 
 
-def _iou_matrix(boxes: np.ndarray) -> np.ndarray:
-    """IoU of every pair of (M, 4) corner boxes: (M, M); 0 where they do not intersect."""
-    lo = np.maximum(boxes[:, None, :2], boxes[None, :, :2])
-    hi = np.minimum(boxes[:, None, 2:], boxes[None, :, 2:])
-    wh = np.clip(hi - lo, 0, None)
-    inter = wh[..., 0] * wh[..., 1]
-    sides = boxes[:, 2:] - boxes[:, :2]
-    areas = sides[:, 0] * sides[:, 1]
-    union = areas[:, None] + areas[None, :] - inter
-    iou: np.ndarray = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-    return iou
-
-
-def weighted_nms(
-    boxes: np.ndarray,
-    keypoints: np.ndarray,
-    scores: np.ndarray,
-    iou_threshold: float,
-    max_detections: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """MediaPipe's weighted non-maximum suppression (``WeightedNonMaxSuppression``).
-
-    Args:
-        boxes: float (M, 4) corners; keypoints: float (M, K, 2); scores: float (M,).
-        iou_threshold: a detection joins the best one's cluster when IoU > this.
-        max_detections: clusters to output at most.
-
-    Returns:
-        (boxes (D, 4), keypoints (D, K, 2), scores (D,)), best first: each cluster's
-        score-weighted mean box and keypoints, with the best member's score.
-    """
-    order = np.argsort(-scores, kind="stable")
-    boxes, scores = boxes[order], scores[order]
-    k = keypoints.shape[1]
-    points = keypoints[order].reshape(len(order), 2 * k)
-    overlaps = _iou_matrix(boxes) > iou_threshold
-    remaining = np.ones(len(scores), bool)
-    clusters: list[np.ndarray] = []
-    for best in range(len(scores)):
-        if len(clusters) == max_detections:
-            break
-        if not remaining[best]:
-            continue
-        members = overlaps[best] & remaining
-        members[best] = True  # a degenerate (empty) box still forms its own cluster
-        remaining &= ~members
-        clusters.append(members)
-    if not clusters:
-        return (
-            np.zeros((0, 4), np.float32),
-            np.zeros((0, k, 2), np.float32),
-            np.zeros(0, np.float32),
-        )
-    membership = np.array(clusters, np.float64) * scores
-    weights = membership / membership.sum(axis=1, keepdims=True)
-    firsts = np.argmax(np.array(clusters), axis=1)
-    return (
-        (weights @ boxes).astype(np.float32),
-        (weights @ points).astype(np.float32).reshape(-1, k, 2),
-        scores[firsts].astype(np.float32),
-    )
-
-
 class BlazeFaceParams(PluginParams):
     """Parameters of ``blazeface``.
 
@@ -222,7 +152,7 @@ class BlazeFaceParams(PluginParams):
         iou_threshold: IoU above which detections merge (MediaPipe's
             ``min_suppression_threshold``: 0.3).
         max_detections: faces per frame at most.
-        nms: ``host`` (:func:`weighted_nms`) or ``operator``: top-k, a gather of the
+        nms: ``host`` (weighted NMS on the host) or ``operator``: top-k, a gather of the
             candidates' regressor rows and NMS as single operators on the pipeline's backend,
             then the same weighted blend (:mod:`~streamer.vision.postprocess.blazeface_nms`);
             the model's outputs then stay in device memory on ACL.
@@ -337,8 +267,8 @@ class BlazeFace:
     def _host_nms(self, regressors: np.ndarray, logits: np.ndarray, frames: int) -> list[Found]:
         """Steps 2-3 on the host for the first ``frames`` frames of a batch.
 
-        The batch's candidates are thresholded, scored and decoded in one call each; only the
-        weighted NMS runs per frame.
+        The batch's candidates are thresholded, scored, decoded and suppressed in one call
+        each (:func:`~streamer.vision.postprocess.weighted_nms.weighted_nms_batch`).
 
         Args:
             regressors: float32 (B, N, 16); logits: float32 (B, N, 1); B >= ``frames``.
@@ -351,42 +281,9 @@ class BlazeFace:
         scores = 1.0 / (1.0 + np.exp(-np.clip(logits[rows, anchors].astype(np.float64), -100, 100)))
         boxes, points = decode_boxes(regressors[rows, anchors], self.anchors[anchors])
         counts = np.bincount(rows, minlength=frames).tolist()
-        return self._clusters(boxes, points, scores, counts)
-
-    def _clusters(
-        self, boxes: np.ndarray, points: np.ndarray, scores: np.ndarray, counts: list[int]
-    ) -> list[Found]:
-        """Each frame's weighted NMS (:func:`weighted_nms`) of its candidates.
-
-        Args:
-            boxes: float32 (C, 4); points: float32 (C, K, 2); scores: float64 (C,): the
-                batch's candidates, frame after frame.
-            counts: candidates per frame, summing to C.
-
-        Returns:
-            One :data:`Found` per frame; a lone candidate is its frame's detection as it is
-            (what :func:`weighted_nms` returns for one row), without a call.
-        """
-        singles = scores.astype(np.float32)
-        found: list[Found] = []
-        end = 0
-        for count in counts:
-            start, end = end, end + count
-            if count == 0:
-                found.append(_NO_DETECTIONS)
-            elif count == 1:
-                found.append((boxes[start:end], points[start:end], singles[start:end]))
-            else:
-                found.append(
-                    weighted_nms(
-                        boxes[start:end],
-                        points[start:end],
-                        scores[start:end],
-                        self.iou_threshold,
-                        self.max_detections,
-                    )
-                )
-        return found
+        return weighted_nms_batch(
+            boxes, points, scores, counts, self.iou_threshold, self.max_detections
+        )
 
 
 def _host_arrays(*tensors: Tensor) -> list[np.ndarray]:

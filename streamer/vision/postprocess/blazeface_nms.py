@@ -23,7 +23,7 @@ which reads the model's outputs where it left them (on ACL in device memory, rea
    ``iou_threshold``; the cluster's box and keypoints are the score-weighted mean, its score
    the head's.
 
-Same kind of NMS as the host path (:func:`~streamer.vision.postprocess.blazeface.weighted_nms`):
+Same kind of NMS as the host path (:func:`~streamer.vision.postprocess.weighted_nms.weighted_nms`):
 MediaPipe's weighted NMS starts each cluster at the best candidate left once every candidate
 whose IoU with an earlier cluster's head is above the threshold is gone, and hard NMS keeps a
 box exactly when its IoU with every box kept before it is at most the threshold: the heads are
@@ -39,6 +39,7 @@ import numpy as np
 
 from streamer.runtime.base import Tensor
 from streamer.runtime.ops.base import Operators
+from streamer.vision.postprocess.weighted_nms import Found, iou
 
 __all__ = ["FIRST_K", "Decode", "OperatorNms", "blend_clusters"]
 
@@ -49,9 +50,6 @@ a second one the exception (0.1 on skimage's cat "chelsea": 208 candidates, four
 
 Decode = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 """``decode(regressors (M, 16), anchors (M, 2)) -> (boxes (M, 4), keypoints (M, K, 2))``."""
-
-Found = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""One frame's (boxes (D, 4), keypoints (D, K, 2), scores (D,)), float32, best first."""
 
 
 class OperatorNms:
@@ -173,7 +171,7 @@ def blend_clusters(
             np.zeros((0, k, 2), np.float32),
             np.zeros(0, np.float32),
         )
-    overlaps = _iou(boxes[heads], boxes) > iou_threshold
+    overlaps = iou(boxes[heads], boxes) > iou_threshold
     remaining = np.ones(len(boxes), bool)
     clusters = []
     for row, head in enumerate(heads.tolist()):
@@ -189,16 +187,3 @@ def blend_clusters(
         (weights @ points).astype(np.float32).reshape(-1, k, 2),
         scores[heads].astype(np.float32),
     )
-
-
-def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of (H, 4) and (M, 4) corner boxes: (H, M); 0 where the union is empty."""
-    lo = np.maximum(a[:, None, :2], b[None, :, :2])
-    hi = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    wh = np.clip(hi - lo, 0, None)
-    inter = wh[..., 0] * wh[..., 1]
-    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
-    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    union = area_a[:, None] + area_b[None, :] - inter
-    iou: np.ndarray = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-    return iou

@@ -29,9 +29,13 @@ from streamer.vision.postprocess.blazeface import (
     SHORT_RANGE,
     decode_boxes,
     ssd_anchors,
-    weighted_nms,
 )
 from streamer.vision.postprocess.blazeface_nms import OperatorNms
+from streamer.vision.postprocess.weighted_nms import (
+    BATCH_CANDIDATES_MAX,
+    weighted_nms,
+    weighted_nms_batch,
+)
 from streamer.vision.preprocess import LetterboxTransform
 from streamer.vision.registry import POSTPROCESSORS
 
@@ -104,6 +108,64 @@ def test_weighted_nms_threshold_is_strict_and_max_detections_holds() -> None:
     assert len(weighted_nms(boxes, points, scores, 0.5, 1)[2]) == 1
     empty = weighted_nms(boxes[:0], points[:0], scores[:0], 0.3, 10)
     assert [a.shape for a in empty] == [(0, 4), (0, 6, 2), (0,)]
+
+
+def _plain_weighted_nms(
+    boxes: np.ndarray, points: np.ndarray, scores: np.ndarray, threshold: float, most: int
+) -> list[tuple[np.ndarray, np.ndarray, float]]:
+    """MediaPipe's weighted NMS as written in its calculator: one candidate at a time."""
+
+    def overlap(a: np.ndarray, b: np.ndarray) -> float:
+        w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+        h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+        union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+        return float(w * h / union) if union > 0 else 0.0
+
+    remaining = sorted(range(len(scores)), key=lambda i: -scores[i])
+    out = []
+    while remaining and len(out) < most:
+        best = remaining[0]
+        members = [j for j in remaining if j == best or overlap(boxes[best], boxes[j]) > threshold]
+        remaining = [j for j in remaining if j not in members]
+        weights = scores[members] / scores[members].sum()
+        out.append(
+            (
+                weights @ boxes[members],
+                weights @ points[members].reshape(len(members), -1),
+                float(scores[best]),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("per_frame", [(0, 3, 1, 9, 0, 40, 2), (60, 90, 0, 120)])
+def test_weighted_nms_batch_gives_each_frame_its_own_result(per_frame: tuple[int, ...]) -> None:
+    """Random overlapping candidates, below and above BATCH_CANDIDATES_MAX, equal scores
+    included, with and without a max_detections that binds: each frame gets what the
+    calculator's rule gives it alone; frames never merge."""
+    rng = np.random.default_rng(sum(per_frame))
+    total = sum(per_frame)
+    corners = rng.uniform(0, 40, (total, 2))
+    boxes = np.concatenate([corners, corners + rng.uniform(0, 30, (total, 2))], 1)
+    boxes = boxes.astype(np.float32)
+    points = rng.uniform(0, 80, (total, 6, 2)).astype(np.float32)
+    scores = rng.choice([0.8, 0.9, 0.95], total) + rng.uniform(0, 0.01, total) * (total > 100)
+    assert (total > BATCH_CANDIDATES_MAX) == (per_frame[0] == 60)
+    for threshold, most in [(0.3, 100), (0.1, 2)]:
+        got = weighted_nms_batch(boxes, points, scores, per_frame, threshold, most)
+        end = 0
+        for count, (out_boxes, out_points, out_scores) in zip(per_frame, got, strict=True):
+            start, end = end, end + count
+            expected = _plain_weighted_nms(
+                boxes[start:end], points[start:end], scores[start:end], threshold, most
+            )
+            assert len(out_scores) == len(expected) <= most and (count == 0) == (not expected)
+            for box, pts, score, (e_box, e_pts, e_score) in zip(
+                out_boxes, out_points, out_scores, expected, strict=True
+            ):
+                assert np.allclose(box, e_box, atol=1e-4) and score == np.float32(e_score)
+                assert np.allclose(pts.reshape(-1), e_pts, atol=1e-4)
+            assert out_boxes.dtype == out_points.dtype == out_scores.dtype == np.float32
 
 
 # ---- the postprocessor on synthetic outputs --------------------------------------------
