@@ -84,9 +84,12 @@ def weighted_nms_batch(
         max_detections: clusters per frame at most.
 
     Returns:
-        One :data:`Found` per frame, as :func:`weighted_nms` gives it for that frame alone.
+        One :data:`Found` per frame, as :func:`weighted_nms` gives it for that frame alone:
+        also with a non-finite coordinate, which makes only its own frame's clusters NaN
+        (the batch then runs frame by frame, since 0 x inf in the batch's weighted means
+        would reach every frame).
     """
-    if sum(counts) > BATCH_CANDIDATES_MAX and len(counts) > 1:
+    if len(counts) > 1 and (sum(counts) > BATCH_CANDIDATES_MAX or not _finite(boxes, keypoints)):
         ends = np.cumsum(counts).tolist()
         return [
             weighted_nms(
@@ -98,6 +101,19 @@ def weighted_nms_batch(
             )
             for n, e in zip(counts, ends, strict=True)
         ]
+    with np.errstate(invalid="ignore", over="ignore"):  # non-finite outputs: NaN clusters
+        return _batch(boxes, keypoints, scores, counts, iou_threshold, max_detections)
+
+
+def _batch(
+    boxes: np.ndarray,
+    keypoints: np.ndarray,
+    scores: np.ndarray,
+    counts: Sequence[int],
+    iou_threshold: float,
+    max_detections: int,
+) -> list[Found]:
+    """:func:`weighted_nms_batch` over the whole batch at once."""
     frame_of = np.repeat(np.arange(len(counts)), counts)
     order = np.lexsort((-scores, frame_of))  # stable: equal scores keep their order
     boxes, scores, frame_of = boxes[order], scores[order], frame_of[order]
@@ -124,6 +140,10 @@ def weighted_nms_batch(
         (out[0][e - n : e], out[1][e - n : e], out[2][e - n : e])
         for n, e in zip(per_frame, ends, strict=True)
     ]
+
+
+def _finite(boxes: np.ndarray, keypoints: np.ndarray) -> bool:
+    return bool(np.isfinite(boxes).all() and np.isfinite(keypoints).all())
 
 
 def _clusters(

@@ -168,6 +168,22 @@ def test_weighted_nms_batch_gives_each_frame_its_own_result(per_frame: tuple[int
             assert out_boxes.dtype == out_points.dtype == out_scores.dtype == np.float32
 
 
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_a_non_finite_candidate_spoils_only_its_own_frame(bad: float) -> None:
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [0, 0, 10, 10], [1, 1, 11, 11]], np.float32)
+    points = np.repeat(boxes[:, None, :2], 6, axis=1)
+    scores = np.array([0.9, 0.8, 0.9, 0.8])
+    for spoiled in (boxes, points):
+        spoiled_copy = spoiled.copy()
+        spoiled_copy[0, 0] = bad
+        args = (spoiled_copy, points) if spoiled is boxes else (boxes, spoiled_copy)
+        first, second = weighted_nms_batch(*args, scores, [2, 2], 0.3, 10)
+        assert not np.isfinite(np.concatenate([first[0].ravel(), first[1].ravel()])).all()
+        alone = weighted_nms(boxes[2:], points[2:], scores[2:], 0.3, 10)
+        for a, b in zip(second, alone, strict=True):
+            assert np.array_equal(a, b)
+
+
 # ---- the postprocessor on synthetic outputs --------------------------------------------
 
 
