@@ -7,6 +7,7 @@ Pre- and post-processor parameters are free-form tables here; the plug-in regist
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -53,6 +54,12 @@ __all__ = [
 ]
 
 MiB = 1024 * 1024
+INT32_MAX = 2**31 - 1
+"""The largest value of a C ``int`` option (ZeroMQ socket options, ACL timeouts, threads)."""
+INT64_MAX = 2**63 - 1
+MAX_DURATION_S = 1e9
+"""The longest duration a setting may give (about 31 years): longer ones overflow the
+timeouts of Python's waits."""
 
 FullPolicy = Literal["block", "drop_oldest", "latest"]
 """What an ingress does when the queue to the batcher is full (see
@@ -68,8 +75,9 @@ def validate_strict(model: type[_Model], table: Mapping[str, Any]) -> _Model:
     Pydantic's default (lax) mode would take ``max_size = "8"`` as 8, ``replicas = true``
     as 1 and ``enabled = "no"`` as False, hiding typos in a config. This validates in
     pydantic's strict JSON mode instead: a TOML integer may fill a float and an array a
-    tuple, but a string never fills a number, nor a number a bool. Values that are not
-    JSON (TOML dates, paths) are passed as their ISO or string form.
+    tuple, but a string never fills a number, nor a number a bool. Paths are passed as
+    their text (:func:`load_config` refuses TOML dates and times first: they would pass
+    as their ISO text).
 
     Raises:
         pydantic.ValidationError: as ``model.model_validate`` does.
@@ -79,7 +87,7 @@ def validate_strict(model: type[_Model], table: Mapping[str, Any]) -> _Model:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DaemonConfig(_Strict):
@@ -87,20 +95,32 @@ class DaemonConfig(_Strict):
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "console", "json"] = "auto"
-    drain_timeout_s: float = Field(10.0, gt=0)
+    drain_timeout_s: float = Field(10.0, gt=0, le=MAX_DURATION_S)
     reload_timeout_s: float = Field(
         60.0,
         gt=0,
+        le=MAX_DURATION_S,
         description="at a reload, longest wait for the old chain to finish the frames queued "
         "before the switch; then it is given up and the frames it holds are dropped",
     )
-    decode_workers: int = Field(0, ge=0, description="0 = one per CPU core")
-    queue_size: int = Field(64, ge=1, description="frames buffered between two stages")
-    source_idle_s: float = Field(60.0, gt=0, description="forget a source silent this long")
-    reorder_window: int = Field(64, ge=1, description="frames a source holds for a late one")
-    reorder_timeout_s: float = Field(1.0, gt=0, description="longest wait for a late frame")
+    decode_workers: int = Field(0, ge=0, le=1024, description="0 = one per CPU core")
+    queue_size: int = Field(
+        64, ge=1, le=INT32_MAX, description="frames buffered between two stages"
+    )
+    source_idle_s: float = Field(
+        60.0, gt=0, le=MAX_DURATION_S, description="forget a source silent this long"
+    )
+    reorder_window: int = Field(
+        64, ge=1, le=INT32_MAX, description="frames a source holds for a late one"
+    )
+    reorder_timeout_s: float = Field(
+        1.0, gt=0, le=MAX_DURATION_S, description="longest wait for a late frame"
+    )
     max_consecutive_failures: int = Field(
-        10, ge=1, description="failed executions in a row that stop the daemon (exit 1)"
+        10,
+        ge=1,
+        le=INT32_MAX,
+        description="failed executions in a row that stop the daemon (exit 1)",
     )
     http_address: str = Field(
         "127.0.0.1:9555",
@@ -110,11 +130,12 @@ class DaemonConfig(_Strict):
     stall_timeout_s: float = Field(
         30.0,
         gt=0,
+        le=MAX_DURATION_S,
         description="frames in flight and none completed for this long = stalled: /readyz "
         "fails and the systemd watchdog pings stop",
     )
     status_interval_s: float = Field(
-        10.0, gt=0, description="seconds between two systemd STATUS= lines"
+        10.0, gt=0, le=MAX_DURATION_S, description="seconds between two systemd STATUS= lines"
     )
 
     @field_validator("http_address")
@@ -157,9 +178,12 @@ class IngressConfig(_Strict):
     on_full: FullPolicy = Field(
         "block", description="when the queue to the batcher is full: block | drop_oldest | latest"
     )
-    hwm: int = Field(100, ge=1, description="ZMQ receive high-water mark, messages")
+    hwm: int = Field(100, ge=1, le=INT32_MAX, description="ZMQ receive high-water mark, messages")
     max_message_bytes: int = Field(
-        64 * MiB, ge=1024, description="ZMQ MAXMSGSIZE: a peer sending more is disconnected"
+        64 * MiB,
+        ge=1024,
+        le=INT64_MAX,
+        description="ZMQ MAXMSGSIZE: a peer sending more is disconnected",
     )
     topics: tuple[str, ...] = Field(
         (), description="sub, native protocol: accept only these topics (source ids); () = all"
@@ -167,9 +191,15 @@ class IngressConfig(_Strict):
     source: str | None = Field(
         None, min_length=1, description="imagezmq: the source id of every frame, not `msg`"
     )
-    max_width_px: int = Field(8192, ge=1, description="wider images fail as too_large")
-    max_height_px: int = Field(8192, ge=1, description="taller images fail as too_large")
-    max_pixels: int = Field(40_000_000, ge=1, description="width x height above fails too_large")
+    max_width_px: int = Field(
+        8192, ge=1, le=INT32_MAX, description="wider images fail as too_large"
+    )
+    max_height_px: int = Field(
+        8192, ge=1, le=INT32_MAX, description="taller images fail as too_large"
+    )
+    max_pixels: int = Field(
+        40_000_000, ge=1, le=INT64_MAX, description="width x height above fails too_large"
+    )
     curve_secret_key_file: FilePath | None = Field(
         None, description="CURVE server key pair (tools/keygen.py); set to encrypt and authenticate"
     )
@@ -202,7 +232,7 @@ class EgressConfig(_Strict):
 
     name: str = "egress"
     uri: str
-    hwm: int = Field(1000, ge=1, description="ZMQ send high-water mark, messages")
+    hwm: int = Field(1000, ge=1, le=INT32_MAX, description="ZMQ send high-water mark, messages")
     curve_secret_key_file: FilePath | None = Field(
         None, description="CURVE server key pair (tools/keygen.py); set to encrypt and authenticate"
     )
@@ -231,8 +261,8 @@ class RuntimeConfig(_Strict):
     def _devices(cls, devices: tuple[int, ...]) -> tuple[int, ...]:
         if not devices:
             raise ValueError("list one device id at least, e.g. [0]")
-        if any(d < 0 for d in devices):
-            raise ValueError(f"device ids are >= 0, got {list(devices)}")
+        if any(not 0 <= d <= INT32_MAX for d in devices):
+            raise ValueError(f"device ids are in 0..{INT32_MAX}, got {list(devices)}")
         if len(set(devices)) != len(devices):
             raise ValueError(f"device ids must be distinct, got {list(devices)}")
         return devices
@@ -241,8 +271,10 @@ class RuntimeConfig(_Strict):
 class BatchConfig(_Strict):
     """``[models.batch]``: batch assembly."""
 
-    max_size: int = Field(8, ge=1, description="frames per batch at most")
-    max_delay_ms: float = Field(5.0, ge=0, description="wait for the oldest frame at most")
+    max_size: int = Field(8, ge=1, le=INT32_MAX, description="frames per batch at most")
+    max_delay_ms: float = Field(
+        5.0, ge=0, le=MAX_DURATION_S * 1000, description="wait for the oldest frame at most"
+    )
     gears: tuple[int, ...] = Field(
         (),
         description="batch sizes a dynamic-batch model runs; () = the model's own, or "
@@ -255,8 +287,8 @@ class BatchConfig(_Strict):
     @field_validator("gears")
     @classmethod
     def _gears_sorted_positive(cls, gears: tuple[int, ...]) -> tuple[int, ...]:
-        if any(g < 1 for g in gears):
-            raise ValueError("gears must be positive batch sizes")
+        if any(not 1 <= g <= INT32_MAX for g in gears):
+            raise ValueError(f"gears must be batch sizes in 1..{INT32_MAX}")
         return tuple(sorted(set(gears)))
 
 
@@ -359,8 +391,10 @@ class ModelConfig(_Strict):
         description='"frame", "<stage>:crops", "<stage>:tensor" or "<stage>:tensor:<map>" '
         "(see StageInput)",
     )
-    max_in_flight: int = Field(2, ge=1, description="batches enqueued and not yet dequeued")
-    replicas: int = Field(1, ge=1, description="copies of the model on each device")
+    max_in_flight: int = Field(
+        2, ge=1, le=INT32_MAX, description="batches enqueued and not yet dequeued"
+    )
+    replicas: int = Field(1, ge=1, le=64, description="copies of the model on each device")
     batch: BatchConfig = BatchConfig()
     preprocess: PluginConfig | None = Field(
         None,
@@ -583,6 +617,28 @@ def _resolve_key_paths(data: dict[str, Any], folder: Path) -> None:
                     entry[key] = str(folder / Path(value).expanduser())
 
 
+def _refuse_dates(value: Any, file: Path, key: str = "") -> None:
+    """No setting takes a TOML date or time; refuse one before validation, which would pass
+    it on as its ISO text (:func:`validate_strict`).
+
+    Raises:
+        ConfigError: naming the file and the key.
+    """
+    if isinstance(value, datetime.date | datetime.time):
+        raise ConfigError(
+            f"{file}: invalid configuration\n  {key}: a date or time is not a valid value"
+        )
+    children = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for name, child in children:
+        _refuse_dates(child, file, f"{key}.{name}" if key else str(name))
+
+
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate a TOML config file.
 
@@ -597,6 +653,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{file}: cannot read config: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
+    _refuse_dates(data, file)
     _resolve_key_paths(data, file.resolve().parent)
     try:
         return validate_strict(Config, {**data, "source_file": file.resolve()})

@@ -35,7 +35,7 @@ from streamer.frames import STOP, Frame, OutcomeCounts
 from streamer.lifecycle import Status, Worker
 from streamer.model_stages import ModelStage, load_chain
 from streamer.observability.metrics import PipelineMetrics, PipelineSample
-from streamer.runtime import Backend, QueueModel, open_backend
+from streamer.runtime import Backend, QueueModel, check_runtime, open_backend
 from streamer.scheduling.admission import AdmissionQueue
 from streamer.scheduling.chain import make_items
 from streamer.scheduling.chain_run import ChainRun
@@ -292,6 +292,12 @@ class Pipeline:
         """
         sections = ("daemon", "ingress", "egress", "runtime")
         changed = [k for k in sections if getattr(config, k) != getattr(self.config, k)]
+        try:
+            if "runtime" in changed:
+                check_runtime(config.runtime)
+        except StreamerError as exc:
+            _log.error("reload_rejected", error=str(exc))
+            return False
         if changed:
             _log.warning("reload_needs_restart", sections=changed)
         if _models_identity(config) == _models_identity(self.config):
@@ -303,6 +309,10 @@ class Pipeline:
         except StreamerError as exc:
             _log.error("reload_rejected", error=str(exc))
             return False
+        except Exception as exc:  # noqa: BLE001 - what was loaded or started is released
+            # An unforeseen value in the new config must not stop a serving daemon.
+            _log.error("reload_rejected", error=f"{type(exc).__name__}: {exc}")
+            return False
         self._swap(chain, stages, stop)
         update = {"models": config.models, "source_file": config.source_file}
         self.config = self.config.model_copy(update=update)
@@ -313,12 +323,18 @@ class Pipeline:
         """A new chain with its threads started, all but its first batcher.
 
         Raises:
-            StreamerError: a thread failed to start (the chain is released first).
+            StreamerError: a thread failed to start. On any failure the chain and its stages
+                are released first.
         """
-        chain = self._new_chain(stages)
+        try:
+            chain = self._new_chain(stages)
+        except BaseException:
+            for stage in reversed(stages):
+                stage.close()
+            raise
         try:
             chain.launch(_START_TIMEOUT_S, first_batcher=False)
-        except StreamerError:
+        except BaseException:
             chain.give_up()
             chain.join(_ABORT_JOIN_S)
             chain.close()

@@ -33,11 +33,11 @@ import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import onnx
 
-from streamer.config import Config, ModelConfig, RuntimeConfig, validate_strict
+from streamer.config import Config, ModelConfig, RuntimeConfig
 from streamer.errors import ConfigError
 from streamer.runtime.acl.sim.manifest import manifest_path, onnx_path
 from streamer.runtime.letterbox_keys import letterbox_keys
@@ -45,6 +45,7 @@ from streamer.runtime.mtcnn_keys import mtcnn_keys
 from streamer.scheduling.policy import default_gears
 from streamer.vision.aipp import model_aipp
 from streamer.vision.mtcnn.pnet import PNetParams, pnet_gears
+from streamer.vision.stages import ITEM_STAGES
 
 __all__ = ["Mode", "sim_layout"]
 
@@ -229,7 +230,8 @@ def _pnet_gears(stage: ModelConfig) -> list[list[int]]:
     """P-Net's pyramid levels as ``[height, width]`` of its (N, W, H, 3) input: the image's
     width and height (MTCNN's nets see images transposed)."""
     assert stage.postprocess is not None
-    params = validate_strict(PNetParams, stage.postprocess.params())
+    where = f"model {stage.name!r} postprocess"
+    params = cast("PNetParams", ITEM_STAGES.params(stage.postprocess, where))
     gears = pnet_gears(*params.max_size, params.min_face_px, params.factor)
     return [list(gear.input_shape[:2]) for gear in gears]
 

@@ -20,6 +20,7 @@ __all__ = [
     "ModelInfo",
     "ModelSpec",
     "QueueModel",
+    "check_runtime",
     "open_backend",
 ]
 
@@ -30,7 +31,7 @@ BACKENDS: dict[str, str] = {
 }
 """Backend name → ``module:Class``; the class is built as ``Class(runtime_config)``."""
 
-_REQUIRED = ("load", "close")
+_REQUIRED = ("check_options", "load", "close")
 
 
 def open_backend(config: RuntimeConfig) -> Backend:
@@ -40,13 +41,33 @@ def open_backend(config: RuntimeConfig) -> Backend:
         ConfigError: the backend is unknown or does not provide the contract.
         BackendError: the runtime could not be initialised (e.g. pyACL missing).
     """
-    target = BACKENDS.get(config.backend)
+    backend: Backend = _backend_class(config.backend)(config)
+    return backend
+
+
+def check_runtime(config: RuntimeConfig) -> None:
+    """Check ``[runtime]`` as :func:`open_backend` would, without opening the backend: its
+    name and its options (a reload cannot apply them, but must not accept what the next
+    start would refuse).
+
+    Raises:
+        ConfigError: the backend is unknown, or an option is unknown or invalid.
+    """
+    _backend_class(config.backend).check_options(config)
+
+
+def _backend_class(name: str) -> type[Backend]:
+    """The backend class named ``name``, imported.
+
+    Raises:
+        ConfigError: the backend is unknown or does not provide the contract.
+    """
+    target = BACKENDS.get(name)
     if target is None:
-        raise ConfigError(f"runtime.backend: unknown {config.backend!r}; known: {sorted(BACKENDS)}")
+        raise ConfigError(f"runtime.backend: unknown {name!r}; known: {sorted(BACKENDS)}")
     module_name, _, class_name = target.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    missing = [name for name in _REQUIRED if not callable(getattr(cls, name, None))]
+    missing = [attr for attr in _REQUIRED if not callable(getattr(cls, attr, None))]
     if missing or not issubclass(cls, Backend):
-        raise ConfigError(f"backend {config.backend!r} lacks {missing or 'the Backend base'}")
-    backend: Backend = cls(config)
-    return backend
+        raise ConfigError(f"backend {name!r} lacks {missing or 'the Backend base'}")
+    return cls

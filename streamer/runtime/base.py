@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from streamer.config import PluginConfig
+from streamer.config import PluginConfig, RuntimeConfig
 from streamer.errors import FrameError
 from streamer.lifecycle import Closing
 from streamer.runtime.ops.base import Operators
@@ -282,6 +282,15 @@ class Backend(Closing, abc.ABC):
     """An inference runtime that loads models into :class:`QueueModel` objects."""
 
     name: str
+
+    @classmethod
+    @abc.abstractmethod
+    def check_options(cls, config: RuntimeConfig) -> None:
+        """Validate ``config.options`` for this backend without opening it.
+
+        Raises:
+            ConfigError: an option is unknown or invalid, named as ``runtime.options.<key>``.
+        """
 
     @abc.abstractmethod
     def load(self, spec: ModelSpec) -> QueueModel:

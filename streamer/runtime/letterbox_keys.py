@@ -20,7 +20,7 @@ class LetterboxKeys(BaseModel):
     """The keys the backends need; the letterbox plug-in validates the whole table (same
     defaults as :class:`streamer.vision.preprocess.LetterboxParams`)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     normalize: Literal["host", "model", "device"] = "host"
     aipp: Literal["static", "dynamic"] = "static"

@@ -45,7 +45,7 @@ class MtcnnKeys(BaseModel):
     """The key the backends need; the item stage validates the whole table (same default as
     ``normalize`` of :class:`streamer.vision.mtcnn.layout.InputParams`)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     normalize: Literal["host", "model", "device"] = "host"
 

@@ -148,6 +148,10 @@ class OnnxBackend(Backend):
         self._options = dict(config.options)
         self._operators = OnnxOperators(list(parsed.providers), parsed.intra_op_threads)
 
+    @classmethod
+    def check_options(cls, config: RuntimeConfig) -> None:
+        parse_onnx_options(config.options)
+
     def load(self, spec: ModelSpec) -> OnnxModel:
         return OnnxModel(spec, open_session(spec, {**self._options, **spec.options}))
 

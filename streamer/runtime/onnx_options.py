@@ -28,10 +28,10 @@ __all__ = ["OnnxOptions", "parse_onnx_options"]
 class OnnxOptions(BaseModel):
     """The onnxruntime backend's options (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     intra_op_threads: int = Field(
-        default=0, ge=0, description="threads per session.run; 0 = onnxruntime's choice"
+        default=0, ge=0, le=1024, description="threads per session.run; 0 = onnxruntime's choice"
     )
     providers: tuple[str, ...] = Field(
         default=("CPUExecutionProvider",),

@@ -12,10 +12,11 @@ arithmetic (:data:`~streamer.runtime.mtcnn_keys.MTCNN_NORMALIZATION`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import onnx
 
-from streamer.config import Config, ModelConfig, validate_strict
+from streamer.config import Config, ModelConfig
 from streamer.errors import ConfigError
 from streamer.runtime.acl.aipp_dynamic import DynamicAippConfig
 from streamer.runtime.acl.aipp_static import StaticAipp
@@ -23,6 +24,7 @@ from streamer.runtime.acl.sim.manifest import onnx_path
 from streamer.runtime.graph_preprocess import InputNormalization
 from streamer.runtime.mtcnn_keys import MTCNN_KINDS, MTCNN_NORMALIZATION
 from streamer.vision.preprocess import LetterboxParams
+from streamer.vision.registry import PREPROCESSORS
 
 __all__ = ["letterbox_aipp", "model_aipp", "mtcnn_aipp"]
 
@@ -99,7 +101,8 @@ def letterbox_aipp(
     table = stage.preprocess
     if table is None or table.kind != "letterbox":
         raise ConfigError(f"model {model!r}: AIPP is generated from a letterbox preprocess")
-    params = validate_strict(LetterboxParams, table.params())
+    where = f"models[{config.models.index(stage)}].preprocess"
+    params = cast("LetterboxParams", PREPROCESSORS.params(table, where))
     height, width = size or params.size or _onnx_size(config.model_path(stage), params.layout)
     if params.aipp == "dynamic":
         return DynamicAippConfig.for_images(_largest_batch(stage), height, width)

@@ -45,7 +45,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 class PluginParams(BaseModel):
     """Base of every plug-in's parameter model: unknown keys are rejected, values frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @property
     def device_outputs(self) -> bool:

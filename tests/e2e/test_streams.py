@@ -194,6 +194,14 @@ def test_sighup_with_a_broken_config_keeps_the_running_one(
     daemon.config_path.write_text(text.replace('kind = "blazeface"', 'kind = "nope"'))
     daemon.process.send_signal(signal.SIGHUP)
     daemon.wait_event("reload_rejected", 60)
+    # Options a reload cannot apply are still checked: the next start would refuse them.
+    bad_options = text.replace('name = "face"', 'name = "face2"').replace(
+        "[runtime]", '[runtime.options]\nintra_op_threads = "2"\n[runtime]'
+    )
+    daemon.config_path.write_text(bad_options)
+    daemon.process.send_signal(signal.SIGHUP)
+    rejected = daemon.wait_event("reload_rejected", 60)
+    assert "runtime.options.intra_op_threads: Input should be a valid integer" in rejected["error"]
     jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
     client.send_parts(encode_frame("cam", 0, jpeg, encoding="jpeg"))
     (result,) = client.collect(1)

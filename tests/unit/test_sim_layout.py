@@ -177,6 +177,21 @@ def test_what_cannot_be_laid_out_is_a_config_error(tmp_path: Path, assets: dict[
     )
     with pytest.raises(ConfigError, match=r"dims \[\('input_1', 1\), \('input_1', 2\)\] .* free"):
         sim_layout(free, tmp_path / "free")
+    device = {"std = [0.5, 0.5, 0.5]": 'std = [0.5, 0.5, 0.5]\nnormalize = "device"'}
+    pad = shipped(
+        "default.toml",
+        tmp_path,
+        {**device, 'kind = "letterbox"': 'kind = "letterbox"\npad_value = "0"'},
+    )
+    with pytest.raises(
+        ConfigError, match=re.escape("models[0].preprocess.pad_value: Input should be")
+    ):
+        sim_layout(pad, tmp_path / "pad")
+    pyramid = shipped("mtcnn.toml", tmp_path, {"min_face_px = 20.0": 'min_face_px = "20"'})
+    with pytest.raises(
+        ConfigError, match=re.escape("'pnet' postprocess.min_face_px: Input should be")
+    ):
+        sim_layout(pyramid, tmp_path / "pyramid")
 
 
 def test_an_acl_config_keeps_its_runtime_options(tmp_path: Path, assets: dict[str, Path]) -> None:

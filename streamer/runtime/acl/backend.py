@@ -113,6 +113,10 @@ class AclBackend(Backend):
     name = "acl"
     _simulated = False
 
+    @classmethod
+    def check_options(cls, config: RuntimeConfig) -> None:
+        parse_options(config.options, simulated=cls._simulated)
+
     def __init__(
         self,
         config: RuntimeConfig,

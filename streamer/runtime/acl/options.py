@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from streamer.config import validate_strict
+from streamer.config import INT32_MAX, MAX_DURATION_S, validate_strict
 from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MIN
 
@@ -38,33 +38,47 @@ __all__ = ["AclOptions", "ModelOptions", "SimOptions", "parse_model_options", "p
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelOptions(_Strict):
     """Per-model tunables (the runtime options, overridable by ``ModelSpec.options``)."""
 
     queue_depth: int = Field(
-        default=QUEUE_DEPTH_DEFAULT, ge=QUEUE_DEPTH_MIN, description="depth of each tdt queue"
+        default=QUEUE_DEPTH_DEFAULT,
+        ge=QUEUE_DEPTH_MIN,
+        le=INT32_MAX,
+        description="depth of each tdt queue",
     )
     callback_interval: int = Field(
-        default=1, ge=1, description="async: one launch_callback after every N execute_async"
+        default=1,
+        ge=1,
+        le=INT32_MAX,
+        description="async: one launch_callback after every N execute_async",
     )
     callback_flush_ms: float = Field(
         default=10.0,
         ge=0,
+        le=MAX_DURATION_S * 1000,
         description="async: synchronize the stream for batches not covered by a callback "
         "once the oldest has waited this long (ms)",
     )
     report_timeout_ms: int = Field(
-        default=50, ge=1, description="async: acl.rt.process_report timeout of one loop turn (ms)"
+        default=50,
+        ge=1,
+        le=INT32_MAX,
+        description="async: acl.rt.process_report timeout of one loop turn (ms)",
     )
     queue_poll_ms: int = Field(
-        default=100, ge=1, description="queue: timeout of one acltdtEnqueueData attempt (ms)"
+        default=100,
+        ge=1,
+        le=INT32_MAX,
+        description="queue: timeout of one acltdtEnqueueData attempt (ms)",
     )
     result_timeout_ms: int = Field(
         default=10_000,
         ge=1,
+        le=INT32_MAX,
         description="queue: longest wait for a batch's outputs before the model is declared "
         "broken; async: longest stream synchronisation at close (ms)",
     )
@@ -87,7 +101,9 @@ class SimOptions(_Strict):
         description="where aclmdlLoadFromFileWithQ is found: pyACL built with USE_MDL, "
         "libascendcl.so only (ctypes), or nowhere (queue mode unavailable)",
     )
-    device_memory_mb: int = Field(default=1024, ge=1, description="memory of each simulated device")
+    device_memory_mb: int = Field(
+        default=1024, ge=1, le=INT32_MAX, description="memory of each simulated device"
+    )
     soc_950: bool = Field(
         default=False, description="950 series: malloc reserves no extra 32 bytes"
     )
@@ -99,6 +115,7 @@ class SimOptions(_Strict):
     fail_every_n_executes: int | None = Field(
         default=None,
         ge=1,
+        le=INT32_MAX,
         description="fault: every Nth model execution fails (ACL_ERROR_GE_FAILURE)",
     )
     device_lost_after_n_executes: dict[int, int] = Field(
@@ -107,17 +124,25 @@ class SimOptions(_Strict):
         "(a lost device), e.g. {1 = 20}",
     )
     execute_delay_ms: float = Field(
-        default=0.0, ge=0, description="fault: each execution takes this long"
+        default=0.0,
+        ge=0,
+        le=MAX_DURATION_S * 1000,
+        description="fault: each execution takes this long",
     )
     queue_full_every_n_enqueues: int | None = Field(
-        default=None, ge=1, description="fault: every Nth acltdtEnqueueData reports the queue full"
+        default=None,
+        ge=1,
+        le=INT32_MAX,
+        description="fault: every Nth acltdtEnqueueData reports the queue full",
     )
     fail_calls: dict[str, int] = Field(
         default_factory=dict,
         description="fault: API name -> code that every call of it returns, e.g. "
         '{"acl.rt.create_stream" = 107000}',
     )
-    call_log_size: int = Field(default=100_000, ge=1, description="calls kept in the call log")
+    call_log_size: int = Field(
+        default=100_000, ge=1, le=INT32_MAX, description="calls kept in the call log"
+    )
     unknown_rank_ops: list[str] = Field(
         default_factory=list,
         description="single operators (op types) whose acl.op.infer_shape reports every output "
