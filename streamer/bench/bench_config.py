@@ -119,8 +119,10 @@ def device_side_processing(model: dict[str, Any], backend: str) -> None:
     if preprocess.get("kind") != "letterbox":
         raise ConfigError("device-side processing needs a letterbox preprocess on models[0]")
     preprocess["normalize"] = "model" if backend == "onnxruntime" else "device"
-    postprocess = model["postprocess"]
-    if "nms" in POSTPROCESSORS.get(postprocess["kind"]).params.model_fields:
+    postprocess = model.get("postprocess") or {}  # none: the bench refuses the chain later
+    kind = postprocess.get("kind")
+    registered = isinstance(kind, str) and kind in POSTPROCESSORS
+    if registered and "nms" in POSTPROCESSORS.get(str(kind)).params.model_fields:
         postprocess["nms"] = "operator"
 
 

@@ -53,3 +53,13 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
     assert "host CPU per frame" in done.stdout
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "report.png").stat().st_size > 0
+
+
+def test_a_chain_the_bench_cannot_time_is_refused_clearly(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "streamer", "bench", "--quick", "--frames", "4"]
+    command += ["--config", str(ROOT / "configs" / "blazeface_split.toml"), "--out", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=110, cwd=ROOT)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "needs models[0] to have a [models.preprocess] and a [models.postprocess]" in (
+        done.stderr + done.stdout
+    )
