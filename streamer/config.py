@@ -651,7 +651,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read config: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: a 4300+ digit integer
         raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
     _refuse_dates(data, file)
     _resolve_key_paths(data, file.resolve().parent)

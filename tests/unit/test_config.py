@@ -142,6 +142,8 @@ def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.toml")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(write(tmp_path, "[daemon\n"))
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[daemon]\nqueue_size = " + "9" * 5000 + "\n"))
 
 
 def test_http_address_takes_host_and_port(tmp_path: Path) -> None:
