@@ -141,6 +141,7 @@ def _load_stage(
     """Load one stage after ``upstream`` (the stages before it), linking it to the last of
     them if it is a tensor stage."""
     where = f"models[{config.models.index(model_config)}]"
+    _check_plug_in_params(model_config, where)
     models = _load_replicas(backend, config, model_config, where, hands_on)
     try:
         stage = _plug_in(model_config, models, where, upstream, backend.operators())
@@ -151,6 +152,22 @@ def _load_stage(
         for _, model in models:
             model.close()
         raise
+
+
+def _check_plug_in_params(model_config: ModelConfig, where: str) -> None:
+    """Validate the plug-in tables before any model is loaded (loading may take long, and a
+    backend reads some of their keys while loading), with messages naming the stage.
+
+    Raises:
+        ConfigError: an unknown plug-in kind, or an invalid or unknown parameter.
+    """
+    post = model_config.postprocess
+    if post is not None:
+        registry = ITEM_STAGES if post.kind in ITEM_STAGES else POSTPROCESSORS
+        registry.params(post, f"{where}.postprocess")
+    pre = model_config.preprocess
+    if pre is not None and model_config.source.adapter is None:
+        PREPROCESSORS.params(pre, f"{where}.preprocess")
 
 
 def _check_asset(model: ModelConfig, config: Config, where: str) -> None:
