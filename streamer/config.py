@@ -252,7 +252,9 @@ class RuntimeConfig(_Strict):
 
     backend: Literal["onnxruntime", "acl", "acl-sim"] = "onnxruntime"
     devices: tuple[int, ...] = Field(
-        (0,), description="device ids (ACL devices, CUDA devices, CPU replicas); one at least"
+        (0,),
+        max_length=1024,
+        description="device ids (ACL devices, CUDA devices, CPU replicas); one at least",
     )
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -394,7 +396,7 @@ class ModelConfig(_Strict):
     max_in_flight: int = Field(
         2, ge=1, le=INT32_MAX, description="batches enqueued and not yet dequeued"
     )
-    replicas: int = Field(1, ge=1, le=64, description="copies of the model on each device")
+    replicas: int = Field(1, ge=1, le=1024, description="copies of the model on each device")
     batch: BatchConfig = BatchConfig()
     preprocess: PluginConfig | None = Field(
         None,
@@ -614,7 +616,19 @@ def _resolve_key_paths(data: dict[str, Any], folder: Path) -> None:
             for key in _KEY_PATHS:
                 value = entry.get(key) if isinstance(entry, dict) else None
                 if isinstance(value, str) and value:
-                    entry[key] = str(folder / Path(value).expanduser())
+                    entry[key] = str(folder / _expanded(value, f"{table}.{key}"))
+
+
+def _expanded(path: str, key: str) -> Path:
+    """``path`` with ``~`` or ``~user`` expanded.
+
+    Raises:
+        ValueError: the home folder is unknown (no such user).
+    """
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as exc:
+        raise ValueError(f"{key}: cannot expand {path!r}: {exc}") from exc
 
 
 def _refuse_dates(value: Any, file: Path, key: str = "") -> None:
@@ -651,11 +665,15 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read config: {exc.strerror or exc}") from exc
-    except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: a 4300+ digit integer
+    except (tomllib.TOMLDecodeError, ValueError, RecursionError) as exc:
+        # ValueError: a decimal integer of 4300+ digits; RecursionError: deep nesting.
         raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
-    _refuse_dates(data, file)
-    _resolve_key_paths(data, file.resolve().parent)
     try:
+        _refuse_dates(data, file)
+        _resolve_key_paths(data, file.resolve().parent)
         return validate_strict(Config, {**data, "source_file": file.resolve()})
     except ValidationError as exc:
         raise ConfigError(_format_errors(file, exc)) from exc
+    except (ValueError, RecursionError) as exc:
+        # A hex/octal/binary integer too long to print in decimal; arrays nested too deep.
+        raise ConfigError(f"{file}: invalid configuration: {exc}") from exc

@@ -231,6 +231,8 @@ class _Control:
                 config = load_config(self._config_path)
             except ConfigError as exc:
                 _log.error("reload_rejected", error=str(exc))
+            except Exception as exc:  # noqa: BLE001 - a bad file must not stop a serving daemon
+                _log.error("reload_rejected", error=f"{type(exc).__name__}: {exc}")
             else:
                 self._pipeline.reload(config, self._requests.stop)
         self._notifier.ready()

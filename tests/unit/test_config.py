@@ -107,7 +107,7 @@ def test_values_of_the_wrong_type_are_errors_not_converted(
         (('kind = "letterbox" }', 'kind = "letterbox", mean = nan }'), None),
         (('5555"', '5555"\nhwm = 99999999999999999999'), "ingress.0.hwm: Input should be less"),
         (
-            ('name = "face"', 'name = "face"\nreplicas = 65'),
+            ('name = "face"', 'name = "face"\nreplicas = 1025'),
             "models.0.replicas: Input should be less",
         ),
         (
@@ -144,6 +144,14 @@ def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
         load_config(write(tmp_path, "[daemon\n"))
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(write(tmp_path, "[daemon]\nqueue_size = " + "9" * 5000 + "\n"))
+    with pytest.raises(ConfigError, match="invalid configuration: Exceeds the limit"):
+        load_config(write(tmp_path, "[daemon]\nqueue_size = 0x" + "f" * 5000 + "\n"))
+    deep = MINIMAL.replace('5555"', '5555"\ntopics = ' + "[" * 900 + "]" * 900)
+    with pytest.raises(ConfigError, match="not valid TOML|invalid configuration"):
+        load_config(write(tmp_path, deep))
+    no_user = MINIMAL.replace('5555"', '5555"\ncurve_secret_key_file = "~nosuchuser0/k"')
+    with pytest.raises(ConfigError, match=r"ingress.curve_secret_key_file: cannot expand"):
+        load_config(write(tmp_path, no_user))
 
 
 def test_http_address_takes_host_and_port(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -35,6 +35,11 @@ from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MIN
 
 __all__ = ["AclOptions", "ModelOptions", "SimOptions", "parse_model_options", "parse_options"]
+
+
+_DeviceId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+_Count = Annotated[int, Field(ge=1, le=INT32_MAX)]
+"""A positive C ``int``: an execution count, an ACL error code, a dimension."""
 
 
 class _Strict(BaseModel):
@@ -118,7 +123,7 @@ class SimOptions(_Strict):
         le=INT32_MAX,
         description="fault: every Nth model execution fails (ACL_ERROR_GE_FAILURE)",
     )
-    device_lost_after_n_executes: dict[int, int] = Field(
+    device_lost_after_n_executes: dict[_DeviceId, _Count] = Field(
         default_factory=dict,
         description="fault: device -> executions after which every execution on it fails "
         "(a lost device), e.g. {1 = 20}",
@@ -135,7 +140,7 @@ class SimOptions(_Strict):
         le=INT32_MAX,
         description="fault: every Nth acltdtEnqueueData reports the queue full",
     )
-    fail_calls: dict[str, int] = Field(
+    fail_calls: dict[str, _Count] = Field(
         default_factory=dict,
         description="fault: API name -> code that every call of it returns, e.g. "
         '{"acl.rt.create_stream" = 107000}',
@@ -157,7 +162,7 @@ class AclOptions(ModelOptions):
     acl_config_path: Path | None = Field(default=None, description="acl.json passed to acl.init")
     acl_library: str = Field(default="libascendcl.so", description="for aclmdlLoadFromFileWithQ")
     tdt_library: str = Field(default="libacl_tdt_queue.so", description="the tdt queue C API")
-    op_max_shapes: dict[str, list[list[int]]] = Field(
+    op_max_shapes: dict[str, list[list[_Count]]] = Field(
         default_factory=dict,
         description="single operators: op type -> one maximum shape per output, used where "
         "acl.op.infer_shape cannot tell an output's rank, e.g. "

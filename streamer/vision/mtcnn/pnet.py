@@ -135,8 +135,10 @@ class PNetParams(InputParams):
     Attributes:
         normalize: where the input normalisation happens (:class:`.layout.InputParams`).
         max_size: (height, width) of the canvas the gears are built for, pixels.
-        min_face_px: smallest face to detect in an image that fits the canvas, pixels.
-        factor: ratio between pyramid scales.
+        min_face_px: smallest face to detect in an image that fits the canvas, pixels
+            (>= 1: P-Net's 12-pixel window on the image enlarged 12 / min_face_px times).
+        factor: ratio between pyramid scales, at most 0.95 (closer to 1, the levels, and
+            the time and memory they take, grow without bound).
         score_threshold: minimum face probability of a heatmap cell.
         gear_nms: IoU above which candidates of one gear are suppressed.
         merge_nms: IoU above which candidates of all gears are suppressed.
@@ -146,8 +148,8 @@ class PNetParams(InputParams):
     """
 
     max_size: tuple[int, int] = (480, 640)
-    min_face_px: float = Field(20.0, gt=0)
-    factor: float = Field(0.709, gt=0, lt=1)
+    min_face_px: float = Field(20.0, ge=1)
+    factor: float = Field(0.709, gt=0, le=0.95)
     score_threshold: float = Field(0.6, ge=0, le=1)
     gear_nms: float = Field(0.5, ge=0, le=1)
     merge_nms: float = Field(0.7, ge=0, le=1)

@@ -10,6 +10,7 @@ from streamer.config import PluginConfig
 from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo, TensorInfo
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS, PluginParams, Registry
+from streamer.vision.stages import ITEM_STAGES
 
 F32 = np.dtype(np.float32)
 
@@ -163,3 +164,12 @@ def test_letterbox_needs_a_size_for_dynamic_inputs() -> None:
 )
 def test_letterbox_build_errors(info: ModelInfo, params: dict[str, object], fragment: str) -> None:
     assert fragment in _pre(info, **params)
+
+
+@pytest.mark.parametrize(
+    ("params", "key"), [({"factor": 0.99}, "factor"), ({"min_face_px": 0.5}, "min_face_px")]
+)
+def test_pnet_pyramid_parameters_are_bounded(params: dict[str, object], key: str) -> None:
+    """Past these the pyramid's levels (and their time and memory) grow without bound."""
+    with pytest.raises(ConfigError, match=f"pnet.{key}:"):
+        ITEM_STAGES.params(PluginConfig(kind="mtcnn_pnet", **params), "pnet")

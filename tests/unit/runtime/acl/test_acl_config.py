@@ -54,6 +54,14 @@ def test_null_handles() -> None:
         ),
         ({"sim": {"run_mode": "cloud"}}, "runtime.options.sim.run_mode"),
         ({"sim": {"fail_every_n_executes": 0}}, "runtime.options.sim.fail_every_n_executes"),
+        ({"result_timeout_ms": 2**31}, "runtime.options.result_timeout_ms: Input should be less"),
+        ({"callback_flush_ms": float("inf")}, "runtime.options.callback_flush_ms: Input should"),
+        (
+            {"op_max_shapes": {"NonMaxSuppressionV6": [[-1, 3]]}},
+            "op_max_shapes.NonMaxSuppressionV6",
+        ),
+        ({"sim": {"device_lost_after_n_executes": {"-3": 2}}}, "device_lost_after_n_executes"),
+        ({"sim": {"fail_calls": {"acl.rt.malloc": 2**40}}}, "runtime.options.sim.fail_calls"),
     ],
 )
 def test_invalid_options_name_the_key(options: dict[str, Any], key: str) -> None:
