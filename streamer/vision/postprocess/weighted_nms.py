@@ -66,6 +66,7 @@ def weighted_nms(
     )[0]
 
 
+@np.errstate(invalid="ignore", over="ignore")  # non-finite model outputs: NaN clusters
 def weighted_nms_batch(
     boxes: np.ndarray,
     keypoints: np.ndarray,
@@ -101,19 +102,6 @@ def weighted_nms_batch(
             )
             for n, e in zip(counts, ends, strict=True)
         ]
-    with np.errstate(invalid="ignore", over="ignore"):  # non-finite outputs: NaN clusters
-        return _batch(boxes, keypoints, scores, counts, iou_threshold, max_detections)
-
-
-def _batch(
-    boxes: np.ndarray,
-    keypoints: np.ndarray,
-    scores: np.ndarray,
-    counts: Sequence[int],
-    iou_threshold: float,
-    max_detections: int,
-) -> list[Found]:
-    """:func:`weighted_nms_batch` over the whole batch at once."""
     frame_of = np.repeat(np.arange(len(counts)), counts)
     order = np.lexsort((-scores, frame_of))  # stable: equal scores keep their order
     boxes, scores, frame_of = boxes[order], scores[order], frame_of[order]
