@@ -191,10 +191,14 @@ def models_fetch(names: tuple[str, ...]) -> None:
 def models_aipp(config_path: Path, model: str, size: tuple[int, int] | None, as_json: bool) -> None:
     """Print the AIPP config (ATC --insert_op_conf) for MODEL's letterbox (static, or
     dynamic when it says aipp = "dynamic") or MTCNN stage (static)."""
+    from streamer.model_stages import check_plug_in_params
     from streamer.vision.aipp import model_aipp
 
     try:
-        aipp = model_aipp(_load(config_path), model, size or None)
+        config = _load(config_path)
+        for stage in config.models:
+            check_plug_in_params(config, stage)
+        aipp = model_aipp(config, model, size or None)
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)

@@ -46,7 +46,7 @@ from streamer.vision.preprocess import Preprocessor
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
 from streamer.vision.stages import ITEM_STAGES, ItemStage
 
-__all__ = ["ModelStage", "load_chain"]
+__all__ = ["ModelStage", "check_plug_in_params", "load_chain"]
 
 
 @dataclass
@@ -141,7 +141,7 @@ def _load_stage(
     """Load one stage after ``upstream`` (the stages before it), linking it to the last of
     them if it is a tensor stage."""
     where = f"models[{config.models.index(model_config)}]"
-    _check_plug_in_params(model_config, where)
+    check_plug_in_params(config, model_config)
     models = _load_replicas(backend, config, model_config, where, hands_on)
     try:
         stage = _plug_in(model_config, models, where, upstream, backend.operators())
@@ -154,19 +154,26 @@ def _load_stage(
         raise
 
 
-def _check_plug_in_params(model_config: ModelConfig, where: str) -> None:
-    """Validate the plug-in tables before any model is loaded (loading may take long, and a
-    backend reads some of their keys while loading), with messages naming the stage.
+def check_plug_in_params(config: Config, model_config: ModelConfig) -> None:
+    """Validate a stage's plug-in tables without its model: before it is loaded (loading may
+    take long, and a backend reads some of their keys while loading) or laid out, with
+    messages naming the stage (``models[i].preprocess.<key>``).
 
     Raises:
         ConfigError: an unknown plug-in kind, or an invalid or unknown parameter.
     """
+    where = f"models[{config.models.index(model_config)}]"
     post = model_config.postprocess
     if post is not None:
         registry = ITEM_STAGES if post.kind in ITEM_STAGES else POSTPROCESSORS
         registry.params(post, f"{where}.postprocess")
-    pre = model_config.preprocess
-    if pre is not None and model_config.source.adapter is None:
+    pre, adapter = model_config.preprocess, model_config.source.adapter
+    if pre is not None and adapter is not None:
+        raise ConfigError(
+            f"{where}.preprocess: a stage fed through the {adapter} adapter takes its inputs "
+            "from the stage before it and has no preprocess; remove the table"
+        )
+    if pre is not None:
         PREPROCESSORS.params(pre, f"{where}.preprocess")
 
 

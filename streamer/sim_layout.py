@@ -39,6 +39,7 @@ import onnx
 
 from streamer.config import Config, ModelConfig, RuntimeConfig
 from streamer.errors import ConfigError
+from streamer.model_stages import check_plug_in_params
 from streamer.runtime.acl.sim.manifest import manifest_path, onnx_path
 from streamer.runtime.letterbox_keys import letterbox_keys
 from streamer.runtime.mtcnn_keys import mtcnn_keys
@@ -82,7 +83,9 @@ def sim_layout(
         backend), and per stage ``path = "<folder>/<name>.om"``, absolute, and ``mode``.
 
     Raises:
-        ConfigError: a model file is missing, an input has a free dim other than the batch
+        ConfigError: a stage's plug-in parameters are invalid
+            (:func:`~streamer.model_stages.check_plug_in_params`), a model file is missing,
+            an input has a free dim other than the batch
             (and P-Net's height and width), or a queue-mode stage would need gears (P-Net,
             several ``batch_sizes``, or a ``:tensor`` stage after a stage with gears).
     """
@@ -91,6 +94,7 @@ def sim_layout(
     batches: dict[str, tuple[int, ...]] = {}
     stages: dict[str, ModelConfig] = {}
     for stage in config.chain():
+        check_plug_in_params(config, stage)
         stage_mode = mode or stage.mode
         batches[stage.name] = _batch(stage, stage_mode, batch_sizes, batches)
         om = _lay_out(config, stage, batches[stage.name], folder)

@@ -189,7 +189,7 @@ def test_what_cannot_be_laid_out_is_a_config_error(tmp_path: Path, assets: dict[
         sim_layout(pad, tmp_path / "pad")
     pyramid = shipped("mtcnn.toml", tmp_path, {"min_face_px = 20.0": 'min_face_px = "20"'})
     with pytest.raises(
-        ConfigError, match=re.escape("'pnet' postprocess.min_face_px: Input should be")
+        ConfigError, match=re.escape("models[0].postprocess.min_face_px: Input should be")
     ):
         sim_layout(pyramid, tmp_path / "pyramid")
 
@@ -225,3 +225,23 @@ def test_the_command_writes_the_layout_and_the_config(
     args = ["models", "sim-layout", "--config", str(copy), "--out", str(tmp_path)]
     refused = CliRunner().invoke(main, args)
     assert refused.exit_code == 2 and "would overwrite" in refused.output
+
+
+def test_every_stage_is_checked_before_a_layout_or_an_aipp_config(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """An R-Net parameter of the wrong type, and a preprocess table on a crops stage (which
+    has none), are refused by sim-layout and by `models aipp` for any stage."""
+    for edit, says in [
+        ({"score_threshold = 0.7\n": 'score_threshold = "0.7"\n'}, "models[1].postprocess"),
+        (
+            {'input = "pnet:crops"': 'input = "pnet:crops"\npreprocess = { kind = "letterbox" }'},
+            "models[1].preprocess: a stage fed through the crops adapter",
+        ),
+    ]:
+        config = shipped("mtcnn.toml", tmp_path, edit)
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            sim_layout(config, tmp_path / "layout")
+        args = ["models", "aipp", "--config", str(tmp_path / "mtcnn.toml"), "--model", "onet"]
+        refused = CliRunner().invoke(main, args)
+        assert refused.exit_code == 2 and says in refused.output, refused.output
