@@ -60,8 +60,8 @@ def check(config_path: Path) -> None:
     config = _load(config_path)
     try:
         pipeline = Pipeline.load(config)
-    except (ConfigError, ModelError) as exc:
-        click.echo(f"error: {exc}", err=True)
+    except (ConfigError, ModelError) as exc:  # plug-in and backend messages name no file
+        click.echo(f"error: {config_path}: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except StreamerError as exc:
         click.echo(f"error: {exc}", err=True)

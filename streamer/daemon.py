@@ -105,7 +105,7 @@ def run_daemon(config: Config, config_path: Path, stop: threading.Event | None =
     try:
         server = _start_http(config.daemon, health, metrics)
     except StreamerError as exc:
-        _log.error("start_failed", error=str(exc))
+        _log.error("start_failed", error=str(exc), config=str(config_path))
         return EXIT_FATAL
     try:
         return _load_and_serve(config, config_path, requests, health, metrics)
@@ -140,10 +140,10 @@ def _load_and_serve(
     try:
         pipeline = Pipeline.load(config, metrics)
     except (ConfigError, ModelError) as exc:
-        _log.error("start_failed", error=str(exc))
+        _log.error("start_failed", error=str(exc), config=str(config_path))
         return EXIT_USAGE
     except StreamerError as exc:
-        _log.error("start_failed", error=str(exc))
+        _log.error("start_failed", error=str(exc), config=str(config_path))
         return EXIT_FATAL
     metrics.watch(pipeline.sample)
     control = _Control(pipeline, config_path, requests, health)
@@ -178,7 +178,7 @@ class _Control:
         try:
             self._pipeline.start()
         except StreamerError as exc:
-            _log.error("start_failed", error=str(exc))
+            _log.error("start_failed", error=str(exc), config=str(self._config_path))
             return EXIT_FATAL
         for model in self._pipeline.models:
             gears = list(model.info.batch_gears)

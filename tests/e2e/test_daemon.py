@@ -229,6 +229,7 @@ def test_port_in_use_fails_start(tmp_path: Path, start_daemon: Any) -> None:
     )
     assert result.returncode == 1
     assert "start_failed" in result.stdout and "Address already in use" in result.stdout
+    assert str(clash) in result.stdout
     assert daemon.stop() == 0
 
 

@@ -225,3 +225,11 @@ def test_streamer_check_exits_2_without_devices(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "runtime.devices: Value error, list one device id at least" in result.output
+
+
+def test_streamer_check_names_the_file_for_a_plug_in_error(tmp_path: Path) -> None:
+    text = MINIMAL.replace('{ kind = "blazeface" }', '{ kind = "blazeface", score_threshold = 2 }')
+    path = write(tmp_path, text)
+    result = CliRunner().invoke(main, ["check", "--config", str(path)])
+    assert result.exit_code == 2
+    assert f"error: {path}: models[0].postprocess: invalid parameters" in result.output
