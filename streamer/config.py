@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic_core
 from pydantic import (
@@ -46,7 +46,9 @@ __all__ = [
     "IngressConfig",
     "ModelConfig",
     "PluginConfig",
+    "PositiveCInt",
     "RuntimeConfig",
+    "Seconds",
     "StageInput",
     "cache_dir",
     "load_config",
@@ -60,6 +62,10 @@ INT64_MAX = 2**63 - 1
 MAX_DURATION_S = 1e9
 """The longest duration a setting may give (about 31 years): longer ones overflow the
 timeouts of Python's waits."""
+PositiveCInt = Annotated[int, Field(ge=1, le=INT32_MAX)]
+"""A count or size that a C ``int`` holds (ZeroMQ socket options, ACL calls, buffers)."""
+Seconds = Annotated[float, Field(gt=0, le=MAX_DURATION_S)]
+"""A duration setting, s: positive, at most :data:`MAX_DURATION_S`."""
 
 FullPolicy = Literal["block", "drop_oldest", "latest"]
 """What an ingress does when the queue to the batcher is full (see
@@ -95,31 +101,19 @@ class DaemonConfig(_Strict):
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "console", "json"] = "auto"
-    drain_timeout_s: float = Field(10.0, gt=0, le=MAX_DURATION_S)
-    reload_timeout_s: float = Field(
+    drain_timeout_s: Seconds = 10.0
+    reload_timeout_s: Seconds = Field(
         60.0,
-        gt=0,
-        le=MAX_DURATION_S,
         description="at a reload, longest wait for the old chain to finish the frames queued "
         "before the switch; then it is given up and the frames it holds are dropped",
     )
     decode_workers: int = Field(0, ge=0, le=1024, description="0 = one per CPU core")
-    queue_size: int = Field(
-        64, ge=1, le=INT32_MAX, description="frames buffered between two stages"
-    )
-    source_idle_s: float = Field(
-        60.0, gt=0, le=MAX_DURATION_S, description="forget a source silent this long"
-    )
-    reorder_window: int = Field(
-        64, ge=1, le=INT32_MAX, description="frames a source holds for a late one"
-    )
-    reorder_timeout_s: float = Field(
-        1.0, gt=0, le=MAX_DURATION_S, description="longest wait for a late frame"
-    )
-    max_consecutive_failures: int = Field(
+    queue_size: PositiveCInt = Field(64, description="frames buffered between two stages")
+    source_idle_s: Seconds = Field(60.0, description="forget a source silent this long")
+    reorder_window: PositiveCInt = Field(64, description="frames a source holds for a late one")
+    reorder_timeout_s: Seconds = Field(1.0, description="longest wait for a late frame")
+    max_consecutive_failures: PositiveCInt = Field(
         10,
-        ge=1,
-        le=INT32_MAX,
         description="failed executions in a row that stop the daemon (exit 1)",
     )
     http_address: str = Field(
@@ -127,15 +121,13 @@ class DaemonConfig(_Strict):
         description="host:port of /healthz, /readyz and /metrics ([v6]:port for IPv6); "
         "empty = no HTTP server",
     )
-    stall_timeout_s: float = Field(
+    stall_timeout_s: Seconds = Field(
         30.0,
-        gt=0,
-        le=MAX_DURATION_S,
         description="frames in flight and none completed for this long = stalled: /readyz "
         "fails and the systemd watchdog pings stop",
     )
-    status_interval_s: float = Field(
-        10.0, gt=0, le=MAX_DURATION_S, description="seconds between two systemd STATUS= lines"
+    status_interval_s: Seconds = Field(
+        10.0, description="seconds between two systemd STATUS= lines"
     )
 
     @field_validator("http_address")
@@ -178,7 +170,7 @@ class IngressConfig(_Strict):
     on_full: FullPolicy = Field(
         "block", description="when the queue to the batcher is full: block | drop_oldest | latest"
     )
-    hwm: int = Field(100, ge=1, le=INT32_MAX, description="ZMQ receive high-water mark, messages")
+    hwm: PositiveCInt = Field(100, description="ZMQ receive high-water mark, messages")
     max_message_bytes: int = Field(
         64 * MiB,
         ge=1024,
@@ -191,12 +183,8 @@ class IngressConfig(_Strict):
     source: str | None = Field(
         None, min_length=1, description="imagezmq: the source id of every frame, not `msg`"
     )
-    max_width_px: int = Field(
-        8192, ge=1, le=INT32_MAX, description="wider images fail as too_large"
-    )
-    max_height_px: int = Field(
-        8192, ge=1, le=INT32_MAX, description="taller images fail as too_large"
-    )
+    max_width_px: PositiveCInt = Field(8192, description="wider images fail as too_large")
+    max_height_px: PositiveCInt = Field(8192, description="taller images fail as too_large")
     max_pixels: int = Field(
         40_000_000, ge=1, le=INT64_MAX, description="width x height above fails too_large"
     )
@@ -232,7 +220,7 @@ class EgressConfig(_Strict):
 
     name: str = "egress"
     uri: str
-    hwm: int = Field(1000, ge=1, le=INT32_MAX, description="ZMQ send high-water mark, messages")
+    hwm: PositiveCInt = Field(1000, description="ZMQ send high-water mark, messages")
     curve_secret_key_file: FilePath | None = Field(
         None, description="CURVE server key pair (tools/keygen.py); set to encrypt and authenticate"
     )
@@ -273,7 +261,7 @@ class RuntimeConfig(_Strict):
 class BatchConfig(_Strict):
     """``[models.batch]``: batch assembly."""
 
-    max_size: int = Field(8, ge=1, le=INT32_MAX, description="frames per batch at most")
+    max_size: PositiveCInt = Field(8, description="frames per batch at most")
     max_delay_ms: float = Field(
         5.0, ge=0, le=MAX_DURATION_S * 1000, description="wait for the oldest frame at most"
     )
@@ -393,9 +381,7 @@ class ModelConfig(_Strict):
         description='"frame", "<stage>:crops", "<stage>:tensor" or "<stage>:tensor:<map>" '
         "(see StageInput)",
     )
-    max_in_flight: int = Field(
-        2, ge=1, le=INT32_MAX, description="batches enqueued and not yet dequeued"
-    )
+    max_in_flight: PositiveCInt = Field(2, description="batches enqueued and not yet dequeued")
     replicas: int = Field(1, ge=1, le=1024, description="copies of the model on each device")
     batch: BatchConfig = BatchConfig()
     preprocess: PluginConfig | None = Field(

@@ -30,7 +30,7 @@ import structlog
 import zmq
 
 from streamer.config import Config
-from streamer.errors import FrameError, Reason, StreamerError
+from streamer.errors import ConfigError, FrameError, Reason, StreamerError
 from streamer.frames import STOP, Frame, OutcomeCounts
 from streamer.lifecycle import Status, Worker
 from streamer.model_stages import ModelStage, load_chain
@@ -292,12 +292,12 @@ class Pipeline:
         """
         sections = ("daemon", "ingress", "egress", "runtime")
         changed = [k for k in sections if getattr(config, k) != getattr(self.config, k)]
-        try:
-            if "runtime" in changed:
+        if "runtime" in changed:
+            try:
                 check_runtime(config.runtime)
-        except StreamerError as exc:
-            _log.error("reload_rejected", error=str(exc))
-            return False
+            except ConfigError as exc:
+                _log.error("reload_rejected", error=str(exc))
+                return False
         if changed:
             _log.warning("reload_needs_restart", sections=changed)
         if _models_identity(config) == _models_identity(self.config):

@@ -120,9 +120,8 @@ def device_side_processing(model: dict[str, Any], backend: str) -> None:
         raise ConfigError("device-side processing needs a letterbox preprocess on models[0]")
     preprocess["normalize"] = "model" if backend == "onnxruntime" else "device"
     postprocess = model.get("postprocess") or {}  # none: the bench refuses the chain later
-    kind = postprocess.get("kind")
-    registered = isinstance(kind, str) and kind in POSTPROCESSORS
-    if registered and "nms" in POSTPROCESSORS.get(str(kind)).params.model_fields:
+    kind = postprocess.get("kind", "")
+    if kind in POSTPROCESSORS and "nms" in POSTPROCESSORS.get(kind).params.model_fields:
         postprocess["nms"] = "operator"
 
 

@@ -8,6 +8,7 @@ selected class provides every name of the contract (as pyzmq's ``select_backend`
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from streamer.config import RuntimeConfig
 from streamer.errors import ConfigError
@@ -41,7 +42,8 @@ def open_backend(config: RuntimeConfig) -> Backend:
         ConfigError: the backend is unknown or does not provide the contract.
         BackendError: the runtime could not be initialised (e.g. pyACL missing).
     """
-    backend: Backend = _backend_class(config.backend)(config)
+    cls: Any = _backend_class(config.backend)  # built as Class(runtime_config): BACKENDS
+    backend: Backend = cls(config)
     return backend
 
 

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from streamer.config import INT32_MAX, MAX_DURATION_S, validate_strict
+from streamer.config import INT32_MAX, MAX_DURATION_S, PositiveCInt, validate_strict
 from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MIN
 
@@ -38,8 +38,6 @@ __all__ = ["AclOptions", "ModelOptions", "SimOptions", "parse_model_options", "p
 
 
 _DeviceId = Annotated[int, Field(ge=0, le=INT32_MAX)]
-_Count = Annotated[int, Field(ge=1, le=INT32_MAX)]
-"""A positive C ``int``: an execution count, an ACL error code, a dimension."""
 
 
 class _Strict(BaseModel):
@@ -55,10 +53,8 @@ class ModelOptions(_Strict):
         le=INT32_MAX,
         description="depth of each tdt queue",
     )
-    callback_interval: int = Field(
+    callback_interval: PositiveCInt = Field(
         default=1,
-        ge=1,
-        le=INT32_MAX,
         description="async: one launch_callback after every N execute_async",
     )
     callback_flush_ms: float = Field(
@@ -68,22 +64,16 @@ class ModelOptions(_Strict):
         description="async: synchronize the stream for batches not covered by a callback "
         "once the oldest has waited this long (ms)",
     )
-    report_timeout_ms: int = Field(
+    report_timeout_ms: PositiveCInt = Field(
         default=50,
-        ge=1,
-        le=INT32_MAX,
         description="async: acl.rt.process_report timeout of one loop turn (ms)",
     )
-    queue_poll_ms: int = Field(
+    queue_poll_ms: PositiveCInt = Field(
         default=100,
-        ge=1,
-        le=INT32_MAX,
         description="queue: timeout of one acltdtEnqueueData attempt (ms)",
     )
-    result_timeout_ms: int = Field(
+    result_timeout_ms: PositiveCInt = Field(
         default=10_000,
-        ge=1,
-        le=INT32_MAX,
         description="queue: longest wait for a batch's outputs before the model is declared "
         "broken; async: longest stream synchronisation at close (ms)",
     )
@@ -106,8 +96,8 @@ class SimOptions(_Strict):
         description="where aclmdlLoadFromFileWithQ is found: pyACL built with USE_MDL, "
         "libascendcl.so only (ctypes), or nowhere (queue mode unavailable)",
     )
-    device_memory_mb: int = Field(
-        default=1024, ge=1, le=INT32_MAX, description="memory of each simulated device"
+    device_memory_mb: PositiveCInt = Field(
+        default=1024, description="memory of each simulated device"
     )
     soc_950: bool = Field(
         default=False, description="950 series: malloc reserves no extra 32 bytes"
@@ -117,13 +107,11 @@ class SimOptions(_Strict):
         description="what a tdt call with timeout > 0 returns on expiry (undocumented): "
         "207013/207014, or 507012",
     )
-    fail_every_n_executes: int | None = Field(
+    fail_every_n_executes: PositiveCInt | None = Field(
         default=None,
-        ge=1,
-        le=INT32_MAX,
         description="fault: every Nth model execution fails (ACL_ERROR_GE_FAILURE)",
     )
-    device_lost_after_n_executes: dict[_DeviceId, _Count] = Field(
+    device_lost_after_n_executes: dict[_DeviceId, PositiveCInt] = Field(
         default_factory=dict,
         description="fault: device -> executions after which every execution on it fails "
         "(a lost device), e.g. {1 = 20}",
@@ -134,20 +122,16 @@ class SimOptions(_Strict):
         le=MAX_DURATION_S * 1000,
         description="fault: each execution takes this long",
     )
-    queue_full_every_n_enqueues: int | None = Field(
+    queue_full_every_n_enqueues: PositiveCInt | None = Field(
         default=None,
-        ge=1,
-        le=INT32_MAX,
         description="fault: every Nth acltdtEnqueueData reports the queue full",
     )
-    fail_calls: dict[str, _Count] = Field(
+    fail_calls: dict[str, PositiveCInt] = Field(
         default_factory=dict,
         description="fault: API name -> code that every call of it returns, e.g. "
         '{"acl.rt.create_stream" = 107000}',
     )
-    call_log_size: int = Field(
-        default=100_000, ge=1, le=INT32_MAX, description="calls kept in the call log"
-    )
+    call_log_size: PositiveCInt = Field(default=100_000, description="calls kept in the call log")
     unknown_rank_ops: list[str] = Field(
         default_factory=list,
         description="single operators (op types) whose acl.op.infer_shape reports every output "
@@ -162,7 +146,7 @@ class AclOptions(ModelOptions):
     acl_config_path: Path | None = Field(default=None, description="acl.json passed to acl.init")
     acl_library: str = Field(default="libascendcl.so", description="for aclmdlLoadFromFileWithQ")
     tdt_library: str = Field(default="libacl_tdt_queue.so", description="the tdt queue C API")
-    op_max_shapes: dict[str, list[list[_Count]]] = Field(
+    op_max_shapes: dict[str, list[list[PositiveCInt]]] = Field(
         default_factory=dict,
         description="single operators: op type -> one maximum shape per output, used where "
         "acl.op.infer_shape cannot tell an output's rank, e.g. "
