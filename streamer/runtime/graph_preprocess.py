@@ -40,12 +40,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from streamer.errors import ConfigError
+
 __all__ = [
     "Layout",
     "RUNTIME_OFFSET",
     "RUNTIME_ORDER",
     "RUNTIME_SCALE",
     "InputNormalization",
+    "per_channel_mean_std",
     "prepend_normalization",
     "prepend_runtime_normalization",
 ]
@@ -106,6 +109,35 @@ class InputNormalization:
         offset = tuple(float(v) for v in np.asarray(mean, np.float64) * 255.0)
         scale = tuple(float(v) for v in 1.0 / (np.asarray(std, np.float64) * 255.0))
         return cls(offset, scale, swap_rb, layout)  # type: ignore[arg-type]
+
+
+def per_channel_mean_std(
+    mean: float | Sequence[float], std: float | Sequence[float], where: str = ""
+) -> tuple[np.ndarray, np.ndarray]:
+    """The letterbox's ``mean`` and ``std`` (one value, or one per model channel, on the 0..1
+    scale) as float64 (3,) arrays, checked to be usable.
+
+    Args:
+        mean, std: as configured.
+        where: prefix of the key names in messages, e.g. ``"preprocess."``.
+
+    Raises:
+        ConfigError: a ``std`` is not positive, or ``(x / 255 - mean) / std`` is beyond
+            float32 (about 3.4e38, the widest float a model input or a normalising graph
+            computes in) for a pixel level x in 0..255.
+    """
+    mean_3 = np.broadcast_to(np.asarray(mean, np.float64), (3,))
+    std_3 = np.broadcast_to(np.asarray(std, np.float64), (3,))
+    if not (std_3 > 0).all():
+        raise ConfigError(f"{where}std: must be positive, got {std}")
+    with np.errstate(over="ignore"):
+        extremes = (np.array([[0.0], [1.0]]) - mean_3) / std_3
+    largest = float(np.abs(extremes).max())
+    if not largest <= float(np.finfo(np.float32).max):
+        raise ConfigError(
+            f"{where}mean, {where}std: (x / 255 - mean) / std reaches {largest:.3g}, beyond float32"
+        )
+    return mean_3, std_3
 
 
 def prepend_normalization(model: onnx.ModelProto, norm: InputNormalization) -> onnx.ModelProto:

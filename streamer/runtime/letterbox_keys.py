@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamer.config import PluginConfig, validate_strict
 from streamer.errors import ConfigError
-from streamer.runtime.graph_preprocess import InputNormalization
+from streamer.runtime.graph_preprocess import InputNormalization, per_channel_mean_std
 
 __all__ = ["LetterboxKeys", "letterbox_keys"]
 
@@ -34,12 +33,9 @@ class LetterboxKeys(BaseModel):
         """``(x / 255 - mean) / std`` with the channel swap and layout these keys ask for.
 
         Raises:
-            ConfigError: a ``std`` is not positive.
+            ConfigError: see :func:`per_channel_mean_std`.
         """
-        mean = np.broadcast_to(np.asarray(self.mean, np.float64), (3,))
-        std = np.broadcast_to(np.asarray(self.std, np.float64), (3,))
-        if not (std > 0).all():
-            raise ConfigError(f"preprocess.std: must be positive, got {self.std}")
+        mean, std = per_channel_mean_std(self.mean, self.std, "preprocess.")
         return InputNormalization.from_mean_std(mean, std, self.color == "rgb", self.layout)
 
 

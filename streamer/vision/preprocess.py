@@ -50,6 +50,7 @@ from pydantic import Field, model_validator
 
 from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo
+from streamer.runtime.graph_preprocess import per_channel_mean_std
 from streamer.vision.registry import PREPROCESSORS, PluginParams
 
 __all__ = [
@@ -224,13 +225,9 @@ class LetterboxParams(PluginParams):
         """``mean`` and ``std`` as float64 (3,) arrays, in the model's channel order.
 
         Raises:
-            ConfigError: a ``std`` is not positive.
+            ConfigError: see :func:`~streamer.runtime.graph_preprocess.per_channel_mean_std`.
         """
-        mean = np.broadcast_to(np.asarray(self.mean, np.float64), (3,))
-        std = np.broadcast_to(np.asarray(self.std, np.float64), (3,))
-        if not (std > 0).all():
-            raise ConfigError(f"std: must be positive, got {self.std}")
-        return mean, std
+        return per_channel_mean_std(self.mean, self.std)
 
 
 @PREPROCESSORS.register("letterbox", LetterboxParams)
@@ -334,9 +331,20 @@ class Letterbox:
 
 
 def _tables(mean: np.ndarray, std: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Per model channel, ``(level / 255 - mean) / std`` for each level 0..255: (3, 256)."""
+    """Per model channel, ``(level / 255 - mean) / std`` for each level 0..255: (3, 256).
+
+    Raises:
+        ConfigError: a value is beyond ``dtype`` (a float16 model input with a tiny ``std``).
+    """
     levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
-    return np.ascontiguousarray(((levels - mean) / std).T.astype(dtype))
+    tables = ((levels - mean) / std).T
+    largest = float(np.abs(tables).max())
+    if largest > float(np.finfo(dtype).max):
+        raise ConfigError(
+            f"mean, std: (x / 255 - mean) / std reaches {largest:.3g}, beyond the model "
+            f"input's {dtype}"
+        )
+    return np.ascontiguousarray(tables.astype(dtype))
 
 
 AREA_BELOW_SCALE = 0.5

@@ -136,6 +136,8 @@ def test_table_selects_the_rewrite() -> None:
         in_graph_normalization(PluginConfig(kind="letterbox", normalize="device"))
     with pytest.raises(ConfigError, match="preprocess.std"):
         in_graph_normalization(PluginConfig(kind="letterbox", normalize="model", std=0))
+    with pytest.raises(ConfigError, match="preprocess.mean, preprocess.std: .* beyond float32"):
+        in_graph_normalization(PluginConfig(kind="letterbox", normalize="model", std=1e-300))
 
 
 @pytest.mark.parametrize("kind", ["mtcnn_pnet", "mtcnn_rnet", "mtcnn_onet", "mtcnn_classify"])
