@@ -24,11 +24,12 @@ Example (TOML)::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from streamer.config import INT32_MAX, MAX_DURATION_S, PositiveCInt, validate_strict
 from streamer.errors import ConfigError
@@ -37,7 +38,16 @@ from streamer.runtime.acl.constants import QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MIN
 __all__ = ["AclOptions", "ModelOptions", "SimOptions", "parse_model_options", "parse_options"]
 
 
-_DeviceId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+def _decimal_key(key: object) -> object:
+    """A TOML key (always a string) as the int it spells in plain decimal digits; other
+    spellings that Python's int() takes (``"1_0"``, ``" 1"``, ``"+1"``) stay strings, so
+    strict validation refuses them."""
+    if isinstance(key, str) and re.fullmatch("[0-9]{1,10}", key):
+        return int(key)
+    return key
+
+
+_DeviceId = Annotated[int, BeforeValidator(_decimal_key), Field(ge=0, le=INT32_MAX)]
 
 
 class _Strict(BaseModel):
