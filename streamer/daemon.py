@@ -39,6 +39,7 @@ from streamer.observability.metrics import PipelineMetrics
 from streamer.observability.progress import ProgressMonitor, status_line
 from streamer.observability.systemd import Notifier
 from streamer.pipeline import Pipeline
+from streamer.release import close_logged
 
 __all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_USAGE", "run_daemon"]
 
@@ -148,10 +149,11 @@ def _load_and_serve(
     metrics.watch(pipeline.sample)
     control = _Control(pipeline, config_path, requests, health)
     try:
-        return control.serve()
+        code = control.serve()
     finally:
         control.close()
-        pipeline.close()
+        released = close_logged(pipeline.close, "pipeline")
+    return code if released else EXIT_FATAL
 
 
 class _Control:
@@ -244,10 +246,11 @@ class _Control:
         timeout_s = self._pipeline.config.daemon.drain_timeout_s
         _log.info("draining", drain_timeout_s=timeout_s)
         drained = self._pipeline.stop(timeout_s)
-        self._pipeline.close()  # models and devices are released before the last line
+        # Models and devices are released before the last line; a failed release exits 1.
+        released = close_logged(self._pipeline.close, "pipeline")
         self._health.set_status(Status.STOPPED)
         counts = self._pipeline.counts.snapshot()
         self._notifier.status(status_line("stopped", counts, 0.0))
         streams = self._pipeline.stream_stats()
         _log.info("stopped", drained=drained, **counts.as_log_fields(), **streams)
-        return EXIT_FATAL if failed else EXIT_OK
+        return EXIT_FATAL if failed or not released else EXIT_OK

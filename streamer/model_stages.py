@@ -26,6 +26,7 @@ single operators on its outputs where they are (its parameters'
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -35,6 +36,7 @@ from streamer.assets import ASSETS, SPLITS
 from streamer.config import Config, ModelConfig, PluginConfig
 from streamer.errors import ConfigError
 from streamer.frames import Frame
+from streamer.release import close_logged
 from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel
 from streamer.runtime.base import Tensor, release_inputs
 from streamer.runtime.ops.base import Operators
@@ -88,9 +90,23 @@ class ModelStage:
         return self.models[0][1]
 
     def close(self) -> None:
-        """Close every replica's model; idempotent."""
-        for _, model in self.models:
-            model.close()
+        """Close every replica's model, each on its own thread; idempotent.
+
+        A model whose execution is wedged waits out its close timeout (onnxruntime 10 s, an
+        ACL stream its ``result_timeout_ms``): the replicas' waits overlap instead of adding
+        up to more than systemd's stop timeout. Every model is closed even when one fails.
+
+        Raises:
+            Exception: the first replica's failure, once every close has returned.
+        """
+        models = [model for _, model in self.models]
+        if len(models) == 1:
+            models[0].close()
+            return
+        with ThreadPoolExecutor(len(models), thread_name_prefix=f"close-{self.name}") as pool:
+            closes = [pool.submit(model.close) for model in models]
+        for close in closes:
+            close.result()
 
     def postprocess_batch(self, outputs: Sequence[Tensor], frames: list[Frame]) -> None:
         """Fill ``frame.results`` of each frame (item) from the batch-first ``outputs``; a
@@ -126,7 +142,7 @@ def load_chain(backend: Backend, config: Config) -> list[ModelStage]:
             stages.append(_load_stage(backend, config, model, stages, hands_on))
     except BaseException:
         for stage in reversed(stages):
-            stage.close()
+            close_logged(stage.close, f"model {stage.name!r}")
         raise
     return stages
 
@@ -150,7 +166,7 @@ def _load_stage(
         return stage
     except BaseException:
         for _, model in models:
-            model.close()
+            close_logged(model.close, f"model {model_config.name!r}")
         raise
 
 
@@ -240,7 +256,7 @@ def _load_replicas(
                 loaded.append((device, backend.load(spec)))
     except BaseException:
         for _, model in loaded:
-            model.close()
+            close_logged(model.close, f"model {model_config.name!r}")
         raise
     return loaded
 

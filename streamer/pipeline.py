@@ -35,6 +35,7 @@ from streamer.frames import STOP, Frame, OutcomeCounts
 from streamer.lifecycle import Status, Worker
 from streamer.model_stages import ModelStage, load_chain
 from streamer.observability.metrics import PipelineMetrics, PipelineSample
+from streamer.release import close_all, close_logged
 from streamer.runtime import Backend, QueueModel, check_runtime, open_backend
 from streamer.scheduling.admission import AdmissionQueue
 from streamer.scheduling.chain import make_items
@@ -195,7 +196,7 @@ class Pipeline:
         try:
             stages = load_chain(backend, config)
         except BaseException:
-            backend.close()
+            close_logged(backend.close, "backend")
             raise
         return cls(config, backend, stages, metrics)
 
@@ -330,14 +331,14 @@ class Pipeline:
             chain = self._new_chain(stages)
         except BaseException:
             for stage in reversed(stages):
-                stage.close()
+                close_logged(stage.close, f"model {stage.name!r}")
             raise
         try:
             chain.launch(_START_TIMEOUT_S, first_batcher=False)
         except BaseException:
             chain.give_up()
             chain.join(_ABORT_JOIN_S)
-            chain.close()
+            close_logged(chain.close, "new chain")
             raise
         return chain
 
@@ -470,11 +471,12 @@ class Pipeline:
         """Close the models, then the backend. Call after :meth:`stop`; idempotent.
 
         Threads still running (an exit path that skipped :meth:`stop`) are aborted first.
+
+        Raises:
+            Exception: the first release that failed, once everything was released.
         """
         if any(w.is_alive() for w in [*self._ingresses, *self._workers]):
             self._abort_all()
             self._join_all(_ABORT_JOIN_S)
             self._release_transport()
-        for chain in [*self._retired, self._chain]:
-            chain.close()
-        self._backend.close()
+        close_all([*(c.close for c in [*self._retired, self._chain]), self._backend.close])

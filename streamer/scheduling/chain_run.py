@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from streamer.errors import BackendError
 from streamer.frames import STOP, Frame
 from streamer.lifecycle import Worker
+from streamer.release import close_all
 from streamer.runtime.base import QueueModel, Tensor
 from streamer.scheduling.batcher import Batcher
 from streamer.scheduling.chain import ChainRouter, ChainStage
@@ -179,9 +180,12 @@ class ChainRun:
 
     def close(self) -> None:
         """Close the stages' models, the last stage first (it may hold device memory of the
-        one before it); after the threads ended. Idempotent."""
-        for stage in reversed(self.stages):
-            stage.close()
+        one before it); after the threads ended. Idempotent.
+
+        Raises:
+            Exception: the first stage's failure, once every stage was closed.
+        """
+        close_all(stage.close for stage in reversed(self.stages))
 
     def _stage_threads(
         self, index: int, stage: LoadedStage, router: ChainRouter, failures: int

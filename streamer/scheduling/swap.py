@@ -30,6 +30,7 @@ import time
 
 import structlog
 
+from streamer.release import close_logged
 from streamer.scheduling.chain_run import ChainRun
 
 __all__ = ["retire"]
@@ -45,12 +46,14 @@ def retire(
     then at most (the daemon's ``drain_timeout_s``).
 
     Returns:
-        True when it drained and was closed; False when it did not drain in time (it is
-        given up; its models are left for the pipeline to close after its threads ended).
+        True when it drained and its models were closed (a model that failed to release is
+        logged, ``release_failed``: the new chain serves on); False when it did not drain in
+        time (it is given up; its models are left for the pipeline to close after its
+        threads ended).
     """
     deadline = _Deadline(time.monotonic() + timeout_s, stop, grace_s)
     if old.drain(deadline.current):
-        old.close()
+        close_logged(old.close, "retired chain")
         return True
     stages = [s.name for s in old.stages]
     if deadline.stopped_at is None:

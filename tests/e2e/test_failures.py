@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,32 @@ def test_an_abandoned_drain_ends_every_thread_before_the_models_close(
     final = daemon.final_counts()
     assert final["received"] == 40
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]
+
+
+def test_a_model_that_fails_to_release_is_logged_and_everything_else_is_released(
+    start_daemon: Any, connect: Any, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """``acl.mdl.unload`` fails: at a reload the old chain's failure is logged and the new
+    chain serves; at the stop the rest is still released, the final counts are logged and
+    the exit code is 1 instead of a traceback."""
+    settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
+    daemon = start_daemon(
+        **settings, runtime_extra='[runtime.options.sim]\nfail_calls = {"acl.mdl.unload" = 107000}'
+    )
+    client: Client = connect(daemon)
+    text = daemon.config_path.read_text()
+    daemon.config_path.write_text(text.replace("max_size = 4", "max_size = 2"))
+    daemon.process.send_signal(signal.SIGHUP)
+    failure = daemon.wait_event("release_failed", 60)
+    assert failure["resource"] == "retired chain"
+    assert "acl.mdl.unload failed: ACL_ERROR_RT_PARAM_INVALID" in failure["error"]
+    daemon.wait_event("reloaded", 30)
+    produce("carphone.mp4", daemon.ingress, source="after", encoding="raw", limit=20)
+    results = client.collect(21)[:-1]
+    assert [r["seq"] for r in results] == list(range(20))
+    assert all(r["error"] is None and len(r["detections"]) == 1 for r in results)
+    assert daemon.stop() == 1
+    assert daemon.wait_event("release_failed", 5)["resource"] == "pipeline"
+    final = daemon.final_counts()
+    assert final["published"] == final["received"]
+    assert not [e for e in daemon.logs if e.get("event") == "raw" and "Traceback" in e["line"]]

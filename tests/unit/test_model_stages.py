@@ -3,15 +3,17 @@ postprocessor of a tensor stage seeing the chain as one model."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from streamer.config import Config, load_config
-from streamer.errors import ConfigError
+from streamer.errors import BackendError, ConfigError
 from streamer.model_stages import ModelStage, load_chain
-from streamer.runtime import Backend, open_backend
+from streamer.runtime import Backend, QueueModel, open_backend
 from streamer.vision.postprocess import BlazeFace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,3 +79,36 @@ def test_plug_in_parameters_are_checked_before_a_model_loads(
     path.write_text(text)
     with pytest.raises(ConfigError, match=r"models\[0\]\.preprocess: invalid parameters"):
         load_chain(backend, load_config(path))
+
+
+class _ClosesTogether:
+    """A replica's real model whose close first waits for every replica's close to have
+    begun: closed one after another, the first would wait forever (BrokenBarrierError)."""
+
+    def __init__(self, model: QueueModel, barrier: threading.Barrier, fails: bool) -> None:
+        self.model, self._barrier, self._fails = model, barrier, fails
+
+    def close(self) -> None:
+        self._barrier.wait(timeout=30)
+        self.model.close()
+        if self._fails:
+            raise BackendError("release failed")
+
+
+def test_replicas_close_at_once_and_all_of_them_even_when_one_fails(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """A wedged model waits out its close timeout; replicas must not add those waits up."""
+    text = (ROOT / "configs" / "default.toml").read_text()
+    path = tmp_path / "default.toml"
+    path.write_text(text.replace("replicas = 2 ", "replicas = 3 "))
+    (stage,) = load_chain(backend, load_config(path))
+    barrier = threading.Barrier(3)
+    wrapped = [_ClosesTogether(m, barrier, fails=i == 0) for i, (_, m) in enumerate(stage.models)]
+    stage.models = [(0, cast(QueueModel, w)) for w in wrapped]
+    with pytest.raises(BackendError, match="release failed"):
+        stage.close()
+    assert not barrier.broken
+    for w in wrapped:  # every replica is closed: its enqueue is refused
+        with pytest.raises(BackendError, match="is closed"):
+            w.model.enqueue([])

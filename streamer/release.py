@@ -1,0 +1,50 @@
+"""Releasing several resources on every exit path.
+
+A release that fails (an ACL ``acl.mdl.unload`` returning an error, say) must neither leak
+what is released after it nor hide why the daemon was stopping: :func:`close_all` calls
+every close and raises the first failure at the end, and :func:`close_logged` turns a
+failure into an ``error`` log line where an exception is already propagating or the
+daemon must go on serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+
+__all__ = ["close_all", "close_logged"]
+
+_log = structlog.get_logger(__name__)
+
+
+def close_all(closes: Iterable[Callable[[], Any]]) -> None:
+    """Call every close in order, also after one raised.
+
+    Raises:
+        Exception: the first close's failure, once every close has returned.
+    """
+    failure: Exception | None = None
+    for close in closes:
+        try:
+            close()
+        except Exception as exc:  # the rest are still released; the first error is raised
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
+def close_logged(close: Callable[[], Any], what: str) -> bool:
+    """Call ``close``; a failure is logged as ``release_failed`` (``what`` names the
+    resource) instead of raised.
+
+    Returns:
+        True when it returned, False when it raised.
+    """
+    try:
+        close()
+    except Exception as exc:  # noqa: BLE001 - logged; the caller's own path goes on
+        _log.error("release_failed", resource=what, error=f"{type(exc).__name__}: {exc}")
+        return False
+    return True
