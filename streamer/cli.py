@@ -10,7 +10,7 @@ import click
 
 from streamer.assets import ASSETS, SPLITS, asset_path, fetch_assets
 from streamer.config import Config, cache_dir, load_config
-from streamer.daemon import EXIT_FATAL, EXIT_USAGE, run_daemon
+from streamer.daemon import EXIT_FATAL, EXIT_USAGE, exit_daemon, run_daemon
 from streamer.errors import AssetError, ConfigError, ModelError, StreamerError
 from streamer.observability.logging import configure_logging
 
@@ -48,7 +48,7 @@ def run(config_path: Path, log_level: str | None, log_format: str | None) -> Non
     config = _load(config_path)
     daemon = config.daemon
     configure_logging(log_level or daemon.log_level, log_format or daemon.log_format)  # type: ignore[arg-type]
-    sys.exit(run_daemon(config, config_path))
+    exit_daemon(run_daemon(config, config_path))
 
 
 @main.command()

@@ -21,13 +21,16 @@ or model at start.
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
 import structlog
 
@@ -41,7 +44,7 @@ from streamer.observability.systemd import Notifier
 from streamer.pipeline import Pipeline
 from streamer.release import close_logged
 
-__all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_USAGE", "run_daemon"]
+__all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_USAGE", "exit_daemon", "run_daemon"]
 
 EXIT_OK = 0
 EXIT_FATAL = 1
@@ -84,6 +87,25 @@ def _install_signal_handlers(requests: _Requests) -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGHUP, reload)
+
+
+def exit_daemon(code: int) -> NoReturn:
+    """End the process with the daemon's exit ``code``.
+
+    A thread stuck in native code (a model execution on a hung device, which the drain gave
+    up on) would keep the interpreter waiting at exit without end, until systemd kills it:
+    then, with the final log line written and everything else released, the process ends at
+    once (``os._exit``) with exit code 1, logged as ``exit_forced``.
+    """
+    main = threading.main_thread()
+    stuck = [t.name for t in threading.enumerate() if t is not main and not t.daemon]
+    if not stuck:
+        sys.exit(code)
+    code = code or EXIT_FATAL
+    _log.error("exit_forced", threads=stuck, code=code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def run_daemon(config: Config, config_path: Path, stop: threading.Event | None = None) -> int:

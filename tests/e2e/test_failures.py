@@ -176,3 +176,33 @@ def test_a_model_that_fails_to_release_is_logged_and_everything_else_is_released
     final = daemon.final_counts()
     assert final["published"] == final["received"]
     assert not [e for e in daemon.logs if e.get("event") == "raw" and "Traceback" in e["line"]]
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
+    mode: str, start_daemon: Any, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """SIGTERM while executions hang on the device: the model is abandoned instead of freeing
+    the memory they use (the simulator reports such a use-after-free as
+    ``acl_sim_task_failed``), the device is neither synchronised nor reset, and the daemon
+    logs its final counts and exits 1 without waiting the executions out."""
+    settings = backend_settings(f"acl-sim-{mode}", assets["blazeface_short_range"], tmp_path)
+    daemon = start_daemon(
+        **settings,
+        drain_timeout_s=0.5,
+        runtime_extra="[runtime.options]\nresult_timeout_ms = 500\n"
+        "[runtime.options.sim]\nexecute_delay_ms = 600000",
+    )
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", limit=3)
+    time.sleep(1.0)  # the frames reach the model; its executions now hang
+    assert daemon.stop(timeout_s=60) == 1
+    events = [e.get("event") for e in daemon.logs]
+    abandoned = next(e for e in daemon.logs if e.get("event") == "acl_model_abandoned")
+    assert abandoned["mode"] == mode and abandoned["device"] == 0
+    assert "acl_device_abandoned" in events and "acl_finalize_skipped" in events
+    assert "acl_sim_task_failed" not in events
+    if mode == "sync":  # its enqueue thread is still inside acl.mdl.execute
+        assert "exit_forced" in events
+    final = daemon.final_counts()
+    assert final["drained"] is False and final["received"] == 3
+    assert final["received"] == final["published"] + final["failed"] + final["dropped"]

@@ -34,6 +34,7 @@ import structlog
 
 from streamer.config import RuntimeConfig
 from streamer.errors import BackendError, ConfigError, ModelError
+from streamer.release import close_all
 from streamer.runtime.acl.aipp_load import agreed_dynamic_aipp, attach_dynamic_aipp
 from streamer.runtime.acl.constants import AclCode
 from streamer.runtime.acl.description import ModelDescription
@@ -191,24 +192,20 @@ class AclBackend(Backend):
 
         Raises:
             AclError: a release failed (every release is still attempted).
+            BackendError: a model was abandoned (its work did not finish).
         """
         with self._lock:
             models = list(self._models)
-        failures: list[AclError] = []
         for model in models:
             _log.warning("acl_model_left_open", model=model.info.name)
-            try:
-                model.close()
-            except AclError as err:
-                failures.append(err)
-        try:
-            if self._operators is not None:
-                self._operators.close()
-        except AclError as err:
-            failures.append(err)
-        self._runtime.close()
-        if failures:
-            raise failures[0]
+        operators = [] if self._operators is None else [self._operators.close]
+        close_all([*(m.close for m in models), *operators, self._runtime.close])
+
+    @property
+    def abandoned_devices(self) -> list[int]:
+        """Devices left unreleased because a model's work on them did not finish in time (a
+        hung execution; :attr:`DeviceContext.hung`)."""
+        return sorted(d.device_id for d in self._runtime.devices.values() if d.hung)
 
     def _device(self, spec: ModelSpec) -> DeviceContext:
         device = self._runtime.devices.get(spec.device)

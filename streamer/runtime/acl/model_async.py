@@ -11,7 +11,9 @@ Batches not covered by a callback yet (the interval is not full) are finished by
 thread once the oldest has waited ``callback_flush_ms``: it synchronises the stream with a
 timeout, which also drains every earlier callback (they block the stream), so order is kept.
 Close: ``synchronize_stream`` → ``unsubscribe_report`` → stop and join the callback thread →
-release batches and memory → unload.
+release batches and memory → unload; a stream that does not synchronise within
+``result_timeout_ms`` (a hung execution) leaves the model abandoned instead
+(:meth:`AclModel._abandon`).
 
 One model id runs on one stream only (S13): each async model has its own stream.
 """
@@ -121,12 +123,18 @@ class AsyncModel(DatasetModel):
         if error is not None:
             raise BackendError(f"model {self.info.name!r}: callback thread failed: {error}")
 
-    def _stop(self) -> None:
+    def _stop(self) -> bool:
         ret = self._acl.rt.synchronize_stream_with_timeout(
             self._stream, self._options.result_timeout_ms
         )
-        if ret:
+        if ret == AclCode.ERROR_RT_STREAM_SYNC_TIMEOUT:
+            _log.error(
+                "acl_stream_sync_failed", model=self.info.name, code=ret, name=code_name(ret)
+            )
+            return False  # the stream's tasks still run on the batches' memory
+        if ret:  # the stream is idle; its tasks failed
             _log.error(
                 "acl_stream_sync_failed", model=self.info.name, code=ret, name=code_name(ret)
             )
         self._release_in_flight()
+        return True

@@ -164,20 +164,54 @@ class AclModel(QueueModel):
 
         Raises:
             AclError: a release failed (every release is still attempted).
+            BackendError: the model's work did not finish, so it was abandoned.
         """
         with self._close_lock:
             if self._closed.is_set():
                 return
             self._closed.set()
             self._interrupted.set()
+        idle = True
         try:
             self._device.activate()
-            self._stop()
+            idle = self._stop()
         finally:
             self._on_close(self)
-            self._teardown.close()
-            _log.info("acl_model_closed", model=self.info.name, mode=self.mode)
+            if idle:
+                self._teardown.close()
+                _log.info("acl_model_closed", model=self.info.name, mode=self.mode)
+            else:
+                self._abandon()
+
+    def _abandon(self) -> None:
+        """Leave the model, its stream and its memory to the device reset at process exit:
+        its work still runs on the device (a hung execution), and freeing what that work
+        reads and writes would be a use-after-free. The device is marked hung, so it is not
+        synchronised (which would wait without end) nor reset either.
+
+        Raises:
+            BackendError: always, once abandoned: the model could not be released.
+        """
+        self._device.hung = True
+        dropped = self._teardown.discard()
+        _log.error(
+            "acl_model_abandoned",
+            model=self.info.name,
+            mode=self.mode,
+            device=self.device_id,
+            releases=dropped,
+        )
+        raise BackendError(
+            f"model {self.info.name!r} on device {self.device_id} abandoned: its work on the "
+            "device did not finish"
+        )
 
     @abc.abstractmethod
-    def _stop(self) -> None:
-        """Finish or abandon the work in flight and free per-batch resources."""
+    def _stop(self) -> bool:
+        """Finish or give up the work in flight; free per-batch resources unless some of
+        that work may still run on the device.
+
+        Returns:
+            True when none of the model's work runs on the device any more; False when
+            some may (the model is then abandoned, not released).
+        """

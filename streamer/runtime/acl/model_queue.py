@@ -252,10 +252,11 @@ class QueueModeModel(AclModel):
         if self._closed.is_set():
             raise BackendError(f"model {self.info.name!r} is closed")
 
-    def _stop(self) -> None:
+    def _stop(self) -> bool:
         self._tickets.clear()
         self._received = []
         self._handed.release_all()
+        return True  # the model's executions end with its unload, which waits for them
 
 
 def _nbytes(tensor: AclDeviceTensor) -> int:

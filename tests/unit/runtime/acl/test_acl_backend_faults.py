@@ -180,4 +180,9 @@ def test_a_dead_callback_thread_stops_the_model(
     model.enqueue([blazeface_input(frames[:1])])
     with pytest.raises(BackendError, match="callback thread failed.*ACL_ERROR_RT_FAILURE"):
         model.dequeue(2000)
-    model.close()
+    # The stream waits for a callback no thread will run: it never synchronises, so the
+    # model and its device are left alone rather than freed under the stream's tasks.
+    with pytest.raises(BackendError, match="'face' on device 0 abandoned"):
+        model.close()
+    backend.close()
+    assert backend.abandoned_devices == [0]
