@@ -3,14 +3,23 @@
 State is keyed by the ``source`` id of the header, never by connection, so a camera may
 reconnect through another socket, or a producer process restart, and its stream goes on.
 
-Rules for the ``seq`` of a frame against the last accepted ``seq`` of its source:
+Rules for the ``seq`` of a frame against the last accepted ``seq`` of its source, after RTP's
+sequence number validation (RFC 3550, appendix A.1, with its ``MAX_DROPOUT`` = 3000,
+``MAX_MISORDER`` = 100 and two sequential packets to resynchronise):
 
 - ``last + 1``: in order.
-- above ``last + 1``: accepted; the frames in between are counted as a *gap*.
-- ``0`` when ``last >= 0``: the producer restarted; a new *epoch* of the source begins
-  (epochs are numbered across all sources, so no per-source history is kept).
-- otherwise (a duplicate or a late frame): dropped with reason ``stale_seq``, since it could
-  only be published out of order.
+- up to :data:`MAX_DROPOUT` above ``last + 1``: accepted; the frames in between are counted
+  as a *gap*.
+- ``0`` when ``last >= 0``, or more than :data:`MAX_DROPOUT` above ``last + 1``: the producer
+  restarted (with a new counter); a new *epoch* of the source begins (epochs are numbered
+  across all sources, so no per-source history is kept) and no gap is counted.
+- less than :data:`MAX_MISORDER` below or at ``last`` (a duplicate or a late frame): dropped
+  with reason ``stale_seq``, since it could only be published out of order.
+- further below: dropped as ``stale_seq`` too, but if the source's next frame follows it
+  (``seq + 1``) the producer restarted with a counter not at 0 (a camera that counts from 1,
+  one that resumes a saved counter): that frame begins a new epoch. One stray late frame
+  thus never restarts a stream, and a restarted producer loses one frame, not all of them
+  until its counter passes the old one.
 
 A frame whose header was refused (``bad_header``) carries a ``seq`` nobody vouches for (any
 number, up to ``2**53`` and beyond): it takes the next place in its source's order, so its
@@ -35,9 +44,16 @@ import structlog
 from streamer.errors import Reason
 from streamer.frames import EndOfStream, Frame
 
-__all__ = ["SourceStats", "SourceTracker"]
+__all__ = ["MAX_DROPOUT", "MAX_MISORDER", "SourceStats", "SourceTracker"]
 
 _log = structlog.get_logger(__name__)
+
+MAX_DROPOUT = 3000
+"""Most frames missing in a forward jump of ``seq`` counted as a gap; more is a restart
+(RFC 3550 A.1)."""
+MAX_MISORDER = 100
+"""Backward jumps of ``seq`` smaller than this are late or duplicate frames; larger ones may be
+a restart, confirmed by the next frame (RFC 3550 A.1)."""
 
 
 @dataclass(slots=True)
@@ -46,6 +62,7 @@ class _Stream:
     last_seq: int
     next_order: int
     last_seen_ns: int
+    restart_probe: int = -1  # the seq that confirms a restart below last_seq; -1 for none
 
 
 @dataclass(frozen=True)
@@ -89,17 +106,22 @@ class SourceTracker:
                     frame.epoch, frame.order = stream.epoch, stream.next_order
                     stream.next_order += 1
                 return True
-            if stream is None or (frame.seq == 0 and stream.last_seq >= 0):
-                if stream is not None:
-                    self._restarts += 1
-                    _log.info("source_restarted", source=frame.source, last_seq=stream.last_seq)
+            if stream is None:
+                stream = self._open(frame.source, frame.received_at_ns)
+            elif _restarts(frame.seq, stream):
+                self._restarts += 1
+                _log.info(
+                    "source_restarted", source=frame.source, last_seq=stream.last_seq, seq=frame.seq
+                )
                 stream = self._open(frame.source, frame.received_at_ns)
             elif frame.seq <= stream.last_seq:
                 self._stale += 1
+                if stream.last_seq - frame.seq >= MAX_MISORDER:
+                    stream.restart_probe = frame.seq + 1
                 return False
             else:
                 self._gaps += frame.seq - stream.last_seq - 1
-            stream.last_seq = frame.seq
+            stream.last_seq, stream.restart_probe = frame.seq, -1
             stream.last_seen_ns = frame.received_at_ns
             frame.epoch, frame.order = stream.epoch, stream.next_order
             stream.next_order += 1
@@ -135,6 +157,13 @@ class SourceTracker:
         stream = _Stream(next(self._epochs), -1, 0, now_ns)
         self._streams[source] = stream
         return stream
+
+
+def _restarts(seq: int, stream: _Stream) -> bool:
+    """Whether ``seq`` begins a new epoch of ``stream`` (module docstring)."""
+    if stream.last_seq < 0:
+        return False
+    return seq == 0 or seq > stream.last_seq + 1 + MAX_DROPOUT or seq == stream.restart_probe
 
 
 def _refused(frame: Frame) -> bool:

@@ -2,7 +2,7 @@ import time
 
 from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
-from streamer.scheduling.sources import SourceTracker
+from streamer.scheduling.sources import MAX_DROPOUT, MAX_MISORDER, SourceTracker
 
 
 def frame(source: str, seq: int, at_ns: int = 0) -> Frame:
@@ -25,6 +25,40 @@ def test_restart_at_zero_opens_a_new_epoch() -> None:
     assert all(tracker.admit(f) for f in (first, second, again))
     assert again.epoch != first.epoch and again.order == 0
     assert tracker.stats().restarts == 1
+
+
+def test_a_restart_with_a_counter_not_at_zero_is_confirmed_by_the_next_frame() -> None:
+    """RFC 3550 A.1: a far backward jump is dropped, and the frame after it resynchronises."""
+    tracker = SourceTracker(idle_evict_s=60)
+    before = [frame("a", s) for s in range(500)]
+    assert all(tracker.admit(f) for f in before)
+    one, two, three = frame("a", 1), frame("a", 2), frame("a", 3)
+    assert [tracker.admit(f) for f in (one, two, three)] == [False, True, True]
+    assert two.epoch != before[0].epoch and (two.order, three.order) == (0, 1)
+    stats = tracker.stats()
+    assert (stats.stale, stats.restarts, stats.seq_gaps) == (1, 1, 0)
+
+
+def test_late_frames_never_restart_a_stream() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    assert all(tracker.admit(frame("a", s)) for s in range(500))
+    near = [frame("a", s) for s in (499 - MAX_MISORDER + 1, 499 - MAX_MISORDER + 2)]
+    assert not any(tracker.admit(f) for f in near)  # late within the misorder window
+    far, following = frame("a", 10), frame("a", 500)
+    assert not tracker.admit(far)  # far behind: a restart, if the next frame is 11
+    assert tracker.admit(following) and following.epoch == near[0].epoch
+    late = frame("a", 11)  # the probe ended with the in-order frame
+    assert not tracker.admit(late)
+    assert tracker.stats().restarts == 0
+
+
+def test_a_far_forward_jump_is_a_restart_not_a_gap() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    first, near, far = frame("a", 0), frame("a", 1 + MAX_DROPOUT), frame("a", 2**53 - 2)
+    assert tracker.admit(first) and tracker.admit(near) and tracker.admit(far)
+    assert near.epoch == first.epoch and far.epoch != first.epoch
+    stats = tracker.stats()
+    assert (stats.seq_gaps, stats.restarts) == (MAX_DROPOUT, 1)
 
 
 def test_sources_are_independent() -> None:
