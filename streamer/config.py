@@ -66,6 +66,7 @@ PositiveCInt = Annotated[int, Field(ge=1, le=INT32_MAX)]
 """A count or size that a C ``int`` holds (ZeroMQ socket options, ACL calls, buffers)."""
 Seconds = Annotated[float, Field(gt=0, le=MAX_DURATION_S)]
 """A duration setting, s: positive, at most :data:`MAX_DURATION_S`."""
+_MIN_REORDER_WINDOW = 64
 
 FullPolicy = Literal["block", "drop_oldest", "latest"]
 """What an ingress does when the queue to the batcher is full (see
@@ -110,7 +111,11 @@ class DaemonConfig(_Strict):
     decode_workers: int = Field(0, ge=0, le=1024, description="0 = one per CPU core")
     queue_size: PositiveCInt = Field(64, description="frames buffered between two stages")
     source_idle_s: Seconds = Field(60.0, description="forget a source silent this long")
-    reorder_window: PositiveCInt = Field(64, description="frames a source holds for a late one")
+    reorder_window: PositiveCInt | None = Field(
+        None,
+        description="frames a source holds for a late one; unset = what the chain can have in "
+        "flight (Config.frames_in_flight), at least 64",
+    )
     reorder_timeout_s: Seconds = Field(1.0, description="longest wait for a late frame")
     max_consecutive_failures: PositiveCInt = Field(
         10,
@@ -457,6 +462,26 @@ class Config(_Strict):
     def chain(self) -> list[ModelConfig]:
         """The model stages in chain order (``frame`` first)."""
         return chain_order(self.models)
+
+    def frames_in_flight(self) -> int:
+        """The most frames the chain's models can hold at once: per stage, every replica on
+        every device with ``max_in_flight`` batches enqueued, one being enqueued and one being
+        dequeued, each of the stage's largest batch (rows; a crops stage's rows are items of
+        fewer frames, so this bounds it from above)."""
+        return sum(
+            len(self.runtime.devices)
+            * model.replicas
+            * (model.max_in_flight + 2)
+            * max((model.batch.max_size, *model.batch.gears))
+            for model in self.models
+        )
+
+    def reorder_window(self) -> int:
+        """``daemon.reorder_window``, or when unset :meth:`frames_in_flight` (at least 64): a
+        frame can finish that many frames after a later one of its source."""
+        if self.daemon.reorder_window is not None:
+            return self.daemon.reorder_window
+        return max(_MIN_REORDER_WINDOW, self.frames_in_flight())
 
     def model_path(self, model: ModelConfig) -> Path:
         """The file a model stage loads: ``asset`` in the cache, or ``path`` relative to the

@@ -164,7 +164,7 @@ class Pipeline:
         daemon = config.daemon
         self.sources = SourceTracker(daemon.source_idle_s)
         self.reorder = ReorderBuffer(
-            daemon.reorder_window, daemon.reorder_timeout_s, daemon.source_idle_s
+            _reorder_window(config), daemon.reorder_timeout_s, daemon.source_idle_s
         )
         self._inbox = AdmissionQueue(
             daemon.queue_size,
@@ -317,6 +317,7 @@ class Pipeline:
         self._swap(chain, stages, stop)
         update = {"models": config.models, "source_file": config.source_file}
         self.config = self.config.model_copy(update=update)
+        self.reorder.window = _reorder_window(self.config)
         _log.info("reloaded", models=[s.name for s in stages])
         return True
 
@@ -480,3 +481,14 @@ class Pipeline:
             self._join_all(_ABORT_JOIN_S)
             self._release_transport()
         close_all([*(c.close for c in [*self._retired, self._chain]), self._backend.close])
+
+
+def _reorder_window(config: Config) -> int:
+    """The reorder window for ``config``'s chain; an explicit ``daemon.reorder_window`` below
+    what the chain can have in flight is logged (``reorder_window_small``): the results of
+    its sources can then leave out of order."""
+    window = config.reorder_window()
+    in_flight = config.frames_in_flight()
+    if window < in_flight:
+        _log.warning("reorder_window_small", reorder_window=window, frames_in_flight=in_flight)
+    return window

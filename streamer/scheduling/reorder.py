@@ -45,10 +45,13 @@ class ReorderBuffer:
         window: frames a stream may hold while it waits for a missing one.
         timeout_s: longest the oldest held frame waits for a missing earlier one (s).
         idle_evict_s: a stream with nothing held is forgotten after this long (s).
+
+    Attributes:
+        window: as given; a reload that changes the chain sets it anew.
     """
 
     def __init__(self, window: int, timeout_s: float, idle_evict_s: float) -> None:
-        self._window = window
+        self.window = window
         self._timeout_ns = int(timeout_s * 1e9)
         self._idle_ns = int(idle_evict_s * 1e9)
         self._streams: dict[tuple[str, int], _Stream] = {}
@@ -82,7 +85,7 @@ class ReorderBuffer:
         else:
             self._hold(stream, item.order, item, now)
             released += self._drain(stream)
-            if len(stream.held) - stream.skipped > self._window:
+            if len(stream.held) - stream.skipped > self.window:
                 released += self._give_up(stream)
         self._forget_if_ended(key, stream, released)
         return released

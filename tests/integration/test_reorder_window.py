@@ -1,0 +1,33 @@
+"""The pipeline's reorder window against what its chain can have in flight."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from structlog.testing import capture_logs
+
+from streamer.config import load_config
+from streamer.pipeline import Pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_with(tmp_path: Path, edit: tuple[str, str]) -> tuple[Pipeline, list[dict[str, object]]]:
+    path = tmp_path / "default.toml"
+    path.write_text((ROOT / "configs" / "default.toml").read_text().replace(*edit))
+    with capture_logs() as logs:
+        pipeline = Pipeline.load(load_config(path))
+    pipeline.close()
+    return pipeline, logs
+
+
+def test_the_window_follows_the_replicas_and_a_small_one_is_logged(
+    assets: dict[str, Path], tmp_path: Path
+) -> None:
+    eight, logs = load_with(tmp_path, ("replicas = 2 ", "replicas = 8 "))
+    assert eight.reorder.window == 8 * (2 + 2) * 8
+    assert not [e for e in logs if e["event"] == "reorder_window_small"]
+    small, logs = load_with(tmp_path, ("# reorder_window = 256 ", "reorder_window = 8 "))
+    assert small.reorder.window == 8
+    (warning,) = [e for e in logs if e["event"] == "reorder_window_small"]
+    assert (warning["reorder_window"], warning["frames_in_flight"]) == (8, 64)
