@@ -212,6 +212,8 @@ class _Control:
         _log.info("ready", systemd=self._notifier.enabled, watchdog_interval_s=self._ping_s)
         failed = self._loop()
         self._requests.log_received()
+        if self._requests.reload.is_set():
+            _log.warning("reload_skipped", reason="the daemon is stopping")
         return self._drain(failed)
 
     def close(self) -> None:

@@ -245,3 +245,15 @@ def test_probes_and_metrics_across_start_run_and_stop(
     final = daemon.final_counts()
     assert final["received"] == good + 3 and final["published"] == good
     assert get(daemon.http + "/healthz") is None
+
+
+def test_a_reload_cut_short_by_a_stop_is_logged(start_daemon: Any) -> None:
+    """SIGHUP right before SIGTERM: the reload is either done or reported skipped, never
+    dropped without a word."""
+    daemon: Daemon = start_daemon()
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.process.send_signal(signal.SIGTERM)
+    assert daemon.process.wait(30) == 0
+    daemon.close()
+    events = [e.get("event") for e in daemon.logs]
+    assert ("reload_skipped" in events) != ("reload_unchanged" in events)
