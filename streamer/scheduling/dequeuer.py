@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +29,8 @@ of each frame from the batch-first model outputs (rows in frame order; padding r
 them)."""
 
 _POLL_MS = 100
+WARNING_INTERVAL_S = 10.0
+"""Least time between two ``execution_failed`` warnings of one replica."""
 _log = structlog.get_logger(__name__)
 
 
@@ -61,6 +64,8 @@ class Dequeuer(Worker):
         self._abort = abort
         self._max_failures = max_consecutive_failures
         self._failures = 0
+        self._unwarned = 0  # failed executions since the last warning
+        self._next_warning_ns = 0
 
     def setup(self) -> None:
         self._model.attach_thread()
@@ -115,16 +120,26 @@ class Dequeuer(Worker):
             self._fail(batch, FrameError(Reason.POSTPROCESS_FAILED, f"{type(exc).__name__}: {exc}"))
 
     def _failed_execution(self, batch: Batch, error: FrameError) -> None:
+        """Fail the batch; a warning at the first failure of a streak, at most one per
+        :data:`WARNING_INTERVAL_S` (``failed_since_warning`` counts those in between: a
+        model failing every few batches does not flood the journal)."""
         self._failures += 1
-        log = _log.warning if self._failures == 1 else _log.debug
-        log(
+        self._unwarned += 1
+        now_ns = time.monotonic_ns()
+        warn = self._failures == 1 and now_ns >= self._next_warning_ns
+        if warn:
+            self._next_warning_ns = now_ns + int(WARNING_INTERVAL_S * 1e9)
+        (_log.warning if warn else _log.debug)(
             "execution_failed",
             model=self._model.info.name,
             device=self._replica.device,
             frames=len(batch.good),
             consecutive=self._failures,
+            failed_since_warning=self._unwarned,
             detail=error.detail,
         )
+        if warn:
+            self._unwarned = 0
         self._fail(batch, error)
         if self._failures >= self._max_failures:
             self._replica.fail(f"{self._failures} executions failed in a row")

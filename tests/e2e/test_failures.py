@@ -62,6 +62,7 @@ def test_a_failing_batch_fails_alone(
     assert daemon.stop() == 0
     warnings = [e for e in daemon.logs if e.get("event") == "execution_failed"]
     assert warnings and all(e["consecutive"] == 1 for e in warnings)  # once per streak
+    assert len(warnings) < len(failed)  # and at most once per WARNING_INTERVAL_S
 
 
 def test_repeated_failures_stop_the_daemon_with_an_error(
