@@ -94,12 +94,25 @@ class MediaInput:
         Raises:
             ClientError: the input cannot be opened or an image cannot be read.
         """
+        return (image for image, _ in self.named_frames())
+
+    def named_frames(self) -> Iterator[tuple[np.ndarray, str | None]]:
+        """One pass over the input, each image with the name of its file.
+
+        Yields:
+            (image, name): the image as :meth:`frames` yields it, and for a folder or a
+            single image the file's name (``"0001.jpg"``), for a video or camera None.
+
+        Raises:
+            ClientError: as :meth:`frames`.
+        """
         if self.kind == "folder":
-            return (_read_image(path) for path in _image_files(self._path()))
+            return ((_read_image(path), path.name) for path in _image_files(self._path()))
         if self.kind == "image":
-            return iter([_read_image(self._path())])
+            path = self._path()
+            return iter([(_read_image(path), path.name)])
         target = self.camera if self.camera is not None else str(self.path)
-        return _capture_frames(target)
+        return ((image, None) for image in _capture_frames(target))
 
     def _path(self) -> Path:
         assert self.path is not None, self
@@ -416,7 +429,8 @@ def produce(
         loop: passes over the input, 0 for endless (a single image is sent ``loop`` times).
         encoding, quality, send_timeout_s, close_timeout_s, context: as for
             :class:`Producer`.
-        meta: a JSON object sent with every frame and echoed back in its result.
+        meta: a JSON object sent with every frame and echoed back in its result; frames
+            read from image files also carry ``"file"``, the file's name.
         on_sent: called after each frame with its message size (bytes), e.g. to move a
             progress bar.
 
@@ -444,9 +458,10 @@ def produce(
         context=context,
     ) as producer:
         try:
-            for image in itertools.islice(_passes(media, loop), limit):
+            for image, name in itertools.islice(_passes(media, loop), limit):
                 pacer.wait()
-                size = producer.send(image, ts=time.time(), meta=meta)
+                frame_meta = meta if name is None else {**(meta or {}), "file": name}
+                size = producer.send(image, ts=time.time(), meta=frame_meta)
                 if on_sent is not None:
                     on_sent(size)
         except KeyboardInterrupt:
@@ -463,12 +478,13 @@ def produce(
     return producer.stats
 
 
-def _passes(media: MediaInput, loop: int) -> Iterator[np.ndarray]:
-    """The frames of ``loop`` passes over ``media`` (endless for 0; stops on an empty pass)."""
+def _passes(media: MediaInput, loop: int) -> Iterator[tuple[np.ndarray, str | None]]:
+    """The named frames of ``loop`` passes over ``media`` (endless for 0; stops on an empty
+    pass)."""
     for _ in itertools.count() if loop == 0 else range(loop):
         empty = True
-        for image in media.frames():
+        for named in media.named_frames():
             empty = False
-            yield image
+            yield named
         if empty:
             return

@@ -151,11 +151,16 @@ def test_producer_loops_over_a_folder_in_name_order(
         cv2.imwrite(str(tmp_path / name), astronaut[:side, :side])
     (tmp_path / "notes.txt").write_text("not an image")
     pull, endpoint = _bind(context, zmq.PULL, sockets)
-    stats = produce(tmp_path, endpoint, loop=2, limit=5, encoding="png", context=context)
+    stats = produce(
+        tmp_path, endpoint, loop=2, limit=5, encoding="png", meta={"site": 7}, context=context
+    )
     *frames, (eos, _) = _drain(pull)
 
     sizes = [_decode(header, parts[1]).shape[0] for header, parts in frames]
     assert sizes == [10, 20, 30, 10, 20]
+    assert [header.meta for header, _ in frames[:3]] == [
+        {"site": 7, "file": name} for name in ("a.jpg", "b.png", "c.PNG")
+    ]
     assert stats.frames == 5 and eos.seq == 4 and eos.source == tmp_path.name
 
 
