@@ -204,8 +204,12 @@ def _check_asset(model: ModelConfig, config: Config, where: str) -> None:
     known = sorted([*(a.name for a in ASSETS if a.kind != "media"), *(s.name for s in SPLITS)])
     if model.asset not in known:
         raise ConfigError(f"{where}.asset: unknown {model.asset!r}; known: {', '.join(known)}")
-    if not config.model_path(model).exists():
-        raise ConfigError(f"{where}.asset: {model.asset!r} is not fetched: streamer models fetch")
+    path = config.model_path(model)
+    if not path.exists():
+        raise ConfigError(
+            f"{where}.asset: {model.asset!r} is not fetched (no {path}): run `streamer models "
+            f"fetch {model.asset}` with STREAMER_CACHE={path.parent.parent}"
+        )
 
 
 def _reads_device_outputs(model_config: ModelConfig, where: str) -> bool:

@@ -112,3 +112,17 @@ def test_replicas_close_at_once_and_all_of_them_even_when_one_fails(
     for w in wrapped:  # every replica is closed: its enqueue is refused
         with pytest.raises(BackendError, match="is closed"):
             w.model.enqueue([])
+
+
+def test_an_asset_not_fetched_names_the_cache_and_the_command(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service reads its own cache (STREAMER_CACHE in the units): the message says which."""
+    monkeypatch.setenv("STREAMER_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ConfigError) as caught:
+        load_chain(backend, load_config(ROOT / "configs" / "default.toml"))
+    assert str(caught.value) == (
+        "models[0].asset: 'blazeface_short_range' is not fetched (no "
+        f"{tmp_path / 'cache' / 'models' / 'blazeface_short_range.onnx'}): run `streamer models "
+        f"fetch blazeface_short_range` with STREAMER_CACHE={tmp_path / 'cache'}"
+    )
