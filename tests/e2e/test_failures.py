@@ -179,7 +179,7 @@ def test_a_model_that_fails_to_release_is_logged_and_everything_else_is_released
     assert not [e for e in daemon.logs if e.get("event") == "raw" and "Traceback" in e["line"]]
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("mode", ["queue", "async", "sync"])
 def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
     mode: str, start_daemon: Any, tmp_path: Path, assets: dict[str, Path]
 ) -> None:
@@ -191,7 +191,7 @@ def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
     daemon = start_daemon(
         **settings,
         drain_timeout_s=0.5,
-        runtime_extra="[runtime.options]\nresult_timeout_ms = 500\n"
+        runtime_extra="[runtime.options]\nresult_timeout_ms = 2000\n"
         "[runtime.options.sim]\nexecute_delay_ms = 600000",
     )
     produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", limit=3)

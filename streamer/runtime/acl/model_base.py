@@ -177,17 +177,45 @@ class AclModel(QueueModel):
             idle = self._stop()
         finally:
             self._on_close(self)
-            if idle:
-                self._teardown.close()
-                _log.info("acl_model_closed", model=self.info.name, mode=self.mode)
-            else:
+            if not (idle and self._release()):
                 self._abandon()
+            _log.info("acl_model_closed", model=self.info.name, mode=self.mode)
+
+    def _release(self) -> bool:
+        """Run the releases on a thread of their own, with the device's context, waiting
+        ``result_timeout_ms`` for them: an unload waits for the model's executions, and one
+        that hangs on the device would hold the stop without end.
+
+        Returns:
+            False when they did not end in time (the thread is left in the hung call).
+
+        Raises:
+            AclError: a release failed (every release is still attempted).
+        """
+        failure: list[BaseException] = []
+
+        def release() -> None:
+            try:
+                self._device.activate()
+                self._teardown.close()
+            except BaseException as exc:  # noqa: BLE001 - raised on the closing thread
+                failure.append(exc)
+
+        thread = threading.Thread(target=release, name=f"release-{self.info.name}", daemon=True)
+        thread.start()
+        thread.join(self._options.result_timeout_ms / 1000)
+        if thread.is_alive():
+            return False
+        if failure:
+            raise failure[0]
+        return True
 
     def _abandon(self) -> None:
         """Leave the model, its stream and its memory to the device reset at process exit:
         its work still runs on the device (a hung execution), and freeing what that work
-        reads and writes would be a use-after-free. The device is marked hung, so it is not
-        synchronised (which would wait without end) nor reset either.
+        reads and writes would be a use-after-free, or its releases hang. The device is
+        marked hung, so it is not synchronised (which would wait without end) nor reset
+        either.
 
         Raises:
             BackendError: always, once abandoned: the model could not be released.

@@ -85,7 +85,9 @@ class ModelOptions(_Strict):
     result_timeout_ms: PositiveCInt = Field(
         default=10_000,
         description="queue: longest wait for a batch's outputs before the model is declared "
-        "broken; async: longest stream synchronisation at close (ms)",
+        "broken; async: longest stream "
+        "synchronisation at close; every mode: longest release of a closing model, past which "
+        "it is abandoned (ms)",
     )
 
 
