@@ -10,16 +10,20 @@ sequence number validation (RFC 3550, appendix A.1, with its ``MAX_DROPOUT`` = 3
 - ``last + 1``: in order.
 - up to :data:`MAX_DROPOUT` above ``last + 1``: accepted; the frames in between are counted
   as a *gap*.
-- ``0`` when ``last >= 0``, or more than :data:`MAX_DROPOUT` above ``last + 1``: the producer
-  restarted (with a new counter); a new *epoch* of the source begins (epochs are numbered
-  across all sources, so no per-source history is kept) and no gap is counted.
-- less than :data:`MAX_MISORDER` below or at ``last`` (a duplicate or a late frame): dropped
-  with reason ``stale_seq``, since it could only be published out of order.
-- further below: dropped as ``stale_seq`` too, but if the source's next frame follows it
+- ``0`` when ``last > 0``, or more than :data:`MAX_DROPOUT` above ``last + 1``: the producer
+  restarted (with a new counter): counted as a restart, no gap.
+- less than :data:`MAX_MISORDER` below ``last``, or at it (a duplicate or a late frame):
+  dropped with reason ``stale_seq``, since it could only be published out of order.
+- further below: dropped as ``stale_seq`` too, but if the source's very next frame follows it
   (``seq + 1``) the producer restarted with a counter not at 0 (a camera that counts from 1,
-  one that resumes a saved counter): that frame begins a new epoch. One stray late frame
+  one that resumes a saved counter), and that frame is a restart. One stray late frame
   thus never restarts a stream, and a restarted producer loses one frame, not all of them
   until its counter passes the old one.
+
+A restart changes only what ``seq`` is checked against: the frames keep their arrival order
+(``order``), so results after a restart never overtake those before it. A source forgotten
+(end of stream, idle) begins a new *epoch* (numbered across all sources, so no per-source
+history is kept) whose order starts at 0.
 
 A frame whose header was refused (``bad_header``) carries a ``seq`` nobody vouches for (any
 number, up to ``2**53`` and beyond): it takes the next place in its source's order, so its
@@ -113,11 +117,10 @@ class SourceTracker:
                 _log.info(
                     "source_restarted", source=frame.source, last_seq=stream.last_seq, seq=frame.seq
                 )
-                stream = self._open(frame.source, frame.received_at_ns)
             elif frame.seq <= stream.last_seq:
                 self._stale += 1
-                if stream.last_seq - frame.seq >= MAX_MISORDER:
-                    stream.restart_probe = frame.seq + 1
+                far = stream.last_seq - frame.seq >= MAX_MISORDER
+                stream.restart_probe = frame.seq + 1 if far else -1
                 return False
             else:
                 self._gaps += frame.seq - stream.last_seq - 1
@@ -163,7 +166,9 @@ def _restarts(seq: int, stream: _Stream) -> bool:
     """Whether ``seq`` begins a new epoch of ``stream`` (module docstring)."""
     if stream.last_seq < 0:
         return False
-    return seq == 0 or seq > stream.last_seq + 1 + MAX_DROPOUT or seq == stream.restart_probe
+    if seq == 0:
+        return stream.last_seq > 0  # a repeated 0 is a duplicate
+    return seq > stream.last_seq + 1 + MAX_DROPOUT or seq == stream.restart_probe
 
 
 def _refused(frame: Frame) -> bool:

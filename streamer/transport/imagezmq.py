@@ -33,7 +33,7 @@ __all__ = ["MAX_TRACKED_SOURCES", "ImagezmqReader", "encode_reply"]
 
 MAX_TRACKED_SOURCES = 4096
 """Sources whose next seq a reader remembers; the least recently seen one beyond this is
-forgotten and restarts at seq 0 (the pipeline then sees a new stream epoch). This bounds the
+forgotten and restarts at seq 0 (the pipeline then counts a restart). This bounds the
 memory a sender can claim by varying ``msg``."""
 
 _COLORS = {1: "gray", 3: "bgr", 4: "bgr"}

@@ -19,12 +19,21 @@ def test_in_order_gaps_and_stale() -> None:
     assert (stats.seq_gaps, stats.stale, stats.restarts, stats.active_sources) == (2, 2, 0, 1)
 
 
-def test_restart_at_zero_opens_a_new_epoch() -> None:
+def test_a_restart_at_zero_keeps_the_arrival_order() -> None:
+    """Results after a restart must not overtake those before it (egress orders by
+    ``order`` within an epoch)."""
     tracker = SourceTracker(idle_evict_s=60)
-    first, second, again = frame("a", 0), frame("a", 1), frame("a", 0)
-    assert all(tracker.admit(f) for f in (first, second, again))
-    assert again.epoch != first.epoch and again.order == 0
-    assert tracker.stats().restarts == 1
+    first, second, again, next_ = frame("a", 0), frame("a", 1), frame("a", 0), frame("a", 1)
+    assert all(tracker.admit(f) for f in (first, second, again, next_))
+    assert again.epoch == first.epoch and (again.order, next_.order) == (2, 3)
+    stats = tracker.stats()
+    assert (stats.restarts, stats.seq_gaps, stats.stale) == (1, 0, 0)
+
+
+def test_a_repeated_or_late_zero_is_a_duplicate_not_a_restart() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    assert [tracker.admit(frame("a", s)) for s in (0, 0, 1, 2)] == [True, False, True, True]
+    assert tracker.stats().restarts == 0
 
 
 def test_a_restart_with_a_counter_not_at_zero_is_confirmed_by_the_next_frame() -> None:
@@ -34,9 +43,16 @@ def test_a_restart_with_a_counter_not_at_zero_is_confirmed_by_the_next_frame() -
     assert all(tracker.admit(f) for f in before)
     one, two, three = frame("a", 1), frame("a", 2), frame("a", 3)
     assert [tracker.admit(f) for f in (one, two, three)] == [False, True, True]
-    assert two.epoch != before[0].epoch and (two.order, three.order) == (0, 1)
+    assert two.epoch == before[0].epoch and (two.order, three.order) == (500, 501)
     stats = tracker.stats()
     assert (stats.stale, stats.restarts, stats.seq_gaps) == (1, 1, 0)
+
+
+def test_only_the_very_next_frame_confirms_a_restart() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    assert all(tracker.admit(frame("a", s)) for s in range(201))
+    assert [tracker.admit(frame("a", s)) for s in (50, 190, 51)] == [False, False, False]
+    assert tracker.stats().restarts == 0
 
 
 def test_late_frames_never_restart_a_stream() -> None:
@@ -56,7 +72,7 @@ def test_a_far_forward_jump_is_a_restart_not_a_gap() -> None:
     tracker = SourceTracker(idle_evict_s=60)
     first, near, far = frame("a", 0), frame("a", 1 + MAX_DROPOUT), frame("a", 2**53 - 2)
     assert tracker.admit(first) and tracker.admit(near) and tracker.admit(far)
-    assert near.epoch == first.epoch and far.epoch != first.epoch
+    assert near.epoch == far.epoch == first.epoch and far.order == 2
     stats = tracker.stats()
     assert (stats.seq_gaps, stats.restarts) == (MAX_DROPOUT, 1)
 
