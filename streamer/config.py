@@ -464,21 +464,21 @@ class Config(_Strict):
         return chain_order(self.models)
 
     def frames_in_flight(self) -> int:
-        """The most frames the chain's models can hold at once: per stage, every replica on
-        every device with ``max_in_flight`` batches enqueued, one being enqueued and one being
+        """The most frames between the door and egress: the admission queue
+        (``daemon.queue_size``), and per stage a batch being assembled plus, on every replica
+        of every device, ``max_in_flight`` batches enqueued, one being enqueued and one being
         dequeued, each of the stage's largest batch (rows; a crops stage's rows are items of
-        fewer frames, so this bounds it from above)."""
-        return sum(
-            len(self.runtime.devices)
-            * model.replicas
-            * (model.max_in_flight + 2)
+        fewer frames, so this bounds it from above). A frame that fails before the model
+        (a corrupt image) can overtake them all."""
+        return self.daemon.queue_size + sum(
+            (len(self.runtime.devices) * model.replicas * (model.max_in_flight + 2) + 1)
             * max((model.batch.max_size, *model.batch.gears))
             for model in self.models
         )
 
     def reorder_window(self) -> int:
         """``daemon.reorder_window``, or when unset :meth:`frames_in_flight` (at least 64): a
-        frame can finish that many frames after a later one of its source."""
+        frame can finish that many frames after later ones of its source."""
         if self.daemon.reorder_window is not None:
             return self.daemon.reorder_window
         return max(_MIN_REORDER_WINDOW, self.frames_in_flight())

@@ -25,9 +25,9 @@ def test_the_window_follows_the_replicas_and_a_small_one_is_logged(
     assets: dict[str, Path], tmp_path: Path
 ) -> None:
     eight, logs = load_with(tmp_path, ("replicas = 2 ", "replicas = 8 "))
-    assert eight.reorder.window == 8 * (2 + 2) * 8
+    assert eight.reorder.window == 64 + (8 * (2 + 2) + 1) * 8
     assert not [e for e in logs if e["event"] == "reorder_window_small"]
     small, logs = load_with(tmp_path, ("# reorder_window = 256 ", "reorder_window = 8 "))
     assert small.reorder.window == 8
     (warning,) = [e for e in logs if e["event"] == "reorder_window_small"]
-    assert (warning["reorder_window"], warning["frames_in_flight"]) == (8, 64)
+    assert (warning["reorder_window"], warning["frames_in_flight"]) == (8, 136)
