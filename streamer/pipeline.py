@@ -158,6 +158,7 @@ class Pipeline:
         self._backend = backend
         self._stages = stages
         self._abort = threading.Event()
+        self._threads_ended = False
         self._context: zmq.Context[Any] | None = None
         self._authenticator: CurveAuthenticator | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -430,8 +431,9 @@ class Pipeline:
         if not drained:
             _log.warning("drain_timeout", drain_timeout_s=drain_timeout_s)
             self._abort_all()
-            self._join_all(_ABORT_JOIN_S)
+        self._join_all(_ABORT_JOIN_S)
         self._release_transport()
+        self._threads_ended = True  # or given up on: close() does not wait for them again
         lost = self.counts.snapshot().in_flight
         if lost > 0:
             self.counts.dropped(Reason.SHUTDOWN, lost)
@@ -476,10 +478,13 @@ class Pipeline:
         Raises:
             Exception: the first release that failed, once everything was released.
         """
-        if any(w.is_alive() for w in [*self._ingresses, *self._workers]):
+        if not self._threads_ended and any(
+            w.is_alive() for w in [*self._ingresses, *self._workers]
+        ):
             self._abort_all()
             self._join_all(_ABORT_JOIN_S)
             self._release_transport()
+        self._threads_ended = True
         close_all([*(c.close for c in [*self._retired, self._chain]), self._backend.close])
 
 

@@ -174,7 +174,8 @@ class AclModel(QueueModel):
         idle = True
         try:
             self._device.activate()
-            idle = self._stop()
+            # On a device already found hung its releases would wait out the timeout again.
+            idle = not self._device.hung and self._stop()
         finally:
             self._on_close(self)
             if not (idle and self._release()):
