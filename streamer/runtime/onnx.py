@@ -117,8 +117,13 @@ def open_session(spec: ModelSpec, options: Mapping[str, Any]) -> ort.InferenceSe
     sess_options.intra_op_num_threads = parsed.intra_op_threads
     sess_options.log_severity_level = 3
     providers = list(parsed.providers)
-    if not spec.path.is_file():
-        raise ModelError(f"model {spec.name!r}: no file at {spec.path}")
+    try:
+        with spec.path.open("rb"):
+            pass
+    except FileNotFoundError as exc:
+        raise ModelError(f"model {spec.name!r}: no file at {spec.path}") from exc
+    except OSError as exc:  # onnxruntime would say only "system error number 13"
+        raise ModelError(f"model {spec.name!r}: cannot read {spec.path}: {exc.strerror}") from exc
     source = _model_source(spec)
     try:
         return ort.InferenceSession(

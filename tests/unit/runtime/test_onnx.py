@@ -57,6 +57,8 @@ def test_missing_and_invalid_model_files(tmp_path: Path) -> None:
         junk.write_bytes(b"not a model")
         with pytest.raises(ModelError, match="cannot load"):
             backend.load(ModelSpec("face", junk))
+        with pytest.raises(ModelError, match=f"cannot read {tmp_path}: Is a directory"):
+            backend.load(ModelSpec("face", tmp_path))
 
 
 def second_enqueue(
