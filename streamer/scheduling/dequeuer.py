@@ -132,6 +132,7 @@ class Dequeuer(Worker):
         (_log.warning if warn else _log.debug)(
             "execution_failed",
             model=self._model.info.name,
+            replica=self._replica.name,
             device=self._replica.device,
             frames=len(batch.good),
             consecutive=self._failures,

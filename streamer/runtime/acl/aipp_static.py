@@ -23,9 +23,30 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from streamer.errors import ConfigError
 from streamer.runtime.graph_preprocess import InputNormalization
 
-__all__ = ["StaticAipp", "aipp_op_text"]
+__all__ = ["VAR_RECI_LIMIT", "StaticAipp", "aipp_op_text", "checked_var_reci"]
+
+VAR_RECI_LIMIT = 65504.0
+"""The largest ``|var_reci_chn|`` AIPP takes, a float16 (RT ``aclmdlSetAIPPPixelVarReci``:
+value range [-65504, 65504]; the static ``var_reci_chn_n`` is the same field)."""
+
+
+def checked_var_reci(scale: tuple[float, float, float]) -> tuple[float, float, float]:
+    """The normalisation's ``scale`` as AIPP's ``var_reci_chn``.
+
+    Raises:
+        ConfigError: a value beyond :data:`VAR_RECI_LIMIT`: ``std`` below
+            1 / (255 · 65504), about 6e-8.
+    """
+    worst = max(abs(v) for v in scale)
+    if worst > VAR_RECI_LIMIT:
+        raise ConfigError(
+            f"preprocess.std: AIPP would multiply by 1 / (255 * std) = {worst:.6g}, beyond "
+            f"its var_reci_chn range of +-{VAR_RECI_LIMIT:g}"
+        )
+    return scale
 
 
 class StaticAipp(BaseModel):
@@ -77,7 +98,7 @@ class StaticAipp(BaseModel):
     def from_normalization(cls, norm: InputNormalization, height: int, width: int) -> StaticAipp:
         """The AIPP that computes ``norm`` on ``height`` × ``width`` pixels (0 × 0 for a
         dynamic-resolution model): ``min_chn = offset``, ``var_reci_chn = scale``."""
-        o, s = norm.offset, norm.scale
+        o, s = norm.offset, checked_var_reci(norm.scale)
         return cls(
             src_image_size_w=width,
             src_image_size_h=height,

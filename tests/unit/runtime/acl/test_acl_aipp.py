@@ -14,6 +14,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from streamer.cli import main
+from streamer.errors import ConfigError
+from streamer.runtime.acl.aipp_dynamic import DynamicAippParams
 from streamer.runtime.acl.aipp_rules import AippRuleError, check_aipp_build
 from streamer.runtime.acl.aipp_static import StaticAipp
 from streamer.runtime.acl.sim.image import load_image
@@ -127,3 +129,14 @@ def test_cli_prints_the_config_and_the_manifest_section(tmp_path: Path) -> None:
     assert StaticAipp.model_validate_json(section.output) == AIPP
     missing = CliRunner().invoke(main, [*base[:-1], "nope"])
     assert missing.exit_code != 0 and "no model 'nope'" in missing.output
+
+
+def test_a_std_whose_aipp_multiplier_is_beyond_float16_is_refused() -> None:
+    """AIPP's var_reci_chn is a float16 (aclmdlSetAIPPPixelVarReci: [-65504, 65504])."""
+    tiny = InputNormalization.from_mean_std(
+        np.full(3, 0.5), np.array([1e-8, 0.5, 0.5]), swap_rb=True, layout="NCHW"
+    )
+    with pytest.raises(ConfigError, match=r"1 / \(255 \* std\) = 392157, beyond"):
+        StaticAipp.from_normalization(tiny, 128, 128)
+    with pytest.raises(ConfigError, match="var_reci_chn range of"):
+        DynamicAippParams.from_normalization(tiny, (128, 128))
