@@ -6,8 +6,10 @@ replicas, chains). Each frame carries its stream key ``(source, epoch)`` and arr
 releases a frame once every earlier frame of its stream was released or reported lost
 (:meth:`skip`). The window is bounded: when a stream holds more than ``window`` frames, or
 its oldest held frame waited ``timeout_s``, the missing frames are given up on and the held
-ones are released, so a lost frame cannot stall its source forever. A frame that arrives
-after it was given up on is released at once (``late``): a result is never thrown away.
+ones are released, so a lost frame cannot stall its source forever. Failed frames held do
+not count towards the window (they can outrun any batch); only the timeout bounds them. A
+frame that arrives after it was given up on is released at once (``late``): a result is
+never thrown away.
 
 Only the egress thread calls :meth:`push` and :meth:`expire`; :meth:`skip` is thread-safe.
 """
@@ -36,6 +38,11 @@ class _Stream:
     skipped: int = 0
     """Entries of ``held`` that are dropped frames' places, not frames: they do not count
     towards the window (a ``drop_oldest`` queue drops frames behind ones still running)."""
+    failed: int = 0
+    """Entries of ``held`` that are failed frames: they do not count towards the window
+    either. Frames failed before the model (a corrupt image) reach egress at the rate they
+    arrive, however long an earlier frame's batch runs, so no window bounds them; the
+    timeout does."""
 
 
 class ReorderBuffer:
@@ -84,8 +91,9 @@ class ReorderBuffer:
             released.append(item)
         else:
             self._hold(stream, item.order, item, now)
+            stream.failed += _failed(item)
             released += self._drain(stream)
-            if len(stream.held) - stream.skipped > self.window:
+            if len(stream.held) - stream.skipped - stream.failed > self.window:
                 released += self._give_up(stream)
         self._forget_if_ended(key, stream, released)
         return released
@@ -150,6 +158,7 @@ class ReorderBuffer:
             if item is _SKIPPED:
                 stream.skipped -= 1
             else:
+                stream.failed -= _failed(item)
                 released.append(item)
         if stream.held:
             stream.held_since_ns = time.monotonic_ns()
@@ -164,3 +173,8 @@ class ReorderBuffer:
     def _forget_if_ended(self, key: tuple[str, int], stream: _Stream, out: list[Item]) -> None:
         if out and isinstance(out[-1], EndOfStream) and not stream.held:
             del self._streams[key]
+
+
+def _failed(item: Any) -> bool:
+    """Whether ``item`` is a failed frame (its result is an error)."""
+    return isinstance(item, Frame) and item.error is not None

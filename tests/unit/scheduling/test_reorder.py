@@ -1,5 +1,6 @@
 import time
 
+from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
 from streamer.scheduling.reorder import ReorderBuffer
 
@@ -76,4 +77,17 @@ def test_dropped_frames_do_not_fill_the_window() -> None:
     assert buffer.push(frame(1)) == []  # frame 0 still runs on another replica
     assert orders(buffer.push(frame(0))) == [0, 1]
     assert [orders(buffer.push(frame(i))) for i in range(2, 10)] == [[i] for i in range(2, 10)]
+    assert buffer.gave_up == buffer.late == buffer.held() == 0
+
+
+def test_failed_frames_do_not_fill_the_window() -> None:
+    """Corrupt images fail before the model and reach egress as fast as they arrive, while an
+    earlier good frame's batch still runs: any number of them may pass it."""
+    buffer = ReorderBuffer(window=4, timeout_s=10, idle_evict_s=60)
+    corrupt = [frame(i) for i in range(1, 200)]
+    for f in corrupt:
+        f.fail(FrameError(Reason.DECODE_FAILED, "truncated"))
+        assert buffer.push(f) == []  # frame 0 still runs
+    assert orders(buffer.push(frame(0))) == list(range(200))
+    assert orders(buffer.push(frame(200))) == [200]
     assert buffer.gave_up == buffer.late == buffer.held() == 0
