@@ -10,8 +10,9 @@ sequence number validation (RFC 3550, appendix A.1, with its ``MAX_DROPOUT`` = 3
 - ``last + 1``: in order.
 - up to :data:`MAX_DROPOUT` above ``last + 1``: accepted; the frames in between are counted
   as a *gap*.
-- ``0`` when ``last > 0``, or more than :data:`MAX_DROPOUT` above ``last + 1``: the producer
-  restarted (with a new counter): counted as a restart, no gap.
+- ``0`` (also right after a 0: a producer that sent one frame and restarted, or an imagezmq
+  source the reader forgot and numbers from 0 again), or more than :data:`MAX_DROPOUT` above
+  ``last + 1``: the producer restarted (with a new counter): counted as a restart, no gap.
 - less than :data:`MAX_MISORDER` below ``last``, or at it (a duplicate or a late frame):
   dropped with reason ``stale_seq``, since it could only be published out of order.
 - further below: dropped as ``stale_seq`` too, but if the source's very next frame follows it
@@ -166,9 +167,7 @@ def _restarts(seq: int, stream: _Stream) -> bool:
     """Whether ``seq`` begins a new epoch of ``stream`` (module docstring)."""
     if stream.last_seq < 0:
         return False
-    if seq == 0:
-        return stream.last_seq > 0  # a repeated 0 is a duplicate
-    return seq > stream.last_seq + 1 + MAX_DROPOUT or seq == stream.restart_probe
+    return seq == 0 or seq > stream.last_seq + 1 + MAX_DROPOUT or seq == stream.restart_probe
 
 
 def _refused(frame: Frame) -> bool:
