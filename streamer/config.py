@@ -104,9 +104,10 @@ class DaemonConfig(_Strict):
     log_format: Literal["auto", "console", "json"] = "auto"
     drain_timeout_s: Seconds = 10.0
     reload_timeout_s: Seconds = Field(
-        60.0,
+        20.0,
         description="at a reload, longest wait for the old chain to finish the frames queued "
-        "before the switch; then it is given up and the frames it holds are dropped",
+        "before the switch; then it is given up and the frames it holds are dropped (below "
+        "systemd's WatchdogSec, 30 s in the units: the watchdog is not pinged meanwhile)",
     )
     decode_workers: int = Field(0, ge=0, le=1024, description="0 = one per CPU core")
     queue_size: PositiveCInt = Field(64, description="frames buffered between two stages")

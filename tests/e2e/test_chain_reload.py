@@ -170,7 +170,7 @@ def test_after_a_stuck_reload_the_new_chain_serves_every_later_frame(
     after ``reload_timeout_s``: what was queued for it is dropped, and the new chain runs
     every frame sent after the reload."""
     jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
-    timeout = ("reload_timeout_s = 60.0", "reload_timeout_s = 1.0")
+    timeout = ("reload_timeout_s = 20.0", "reload_timeout_s = 1.0")
     # more frames than the old chain takes: some stay queued for it
     daemon = reload_from_a_wedged_chain(tmp_path, jpeg, 100, timeout)
     daemon.wait_event("reloaded", 30)
