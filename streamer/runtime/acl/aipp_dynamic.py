@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamer.runtime.acl.aipp_static import aipp_op_text, checked_var_reci
+from streamer.runtime.acl.aipp_static import aipp_op_text, checked_aipp_values
 from streamer.runtime.acl.gears import GearKind
 from streamer.runtime.graph_preprocess import InputNormalization
 
@@ -95,7 +95,7 @@ class DynamicAippParams:
         ``min_chn = offset``, ``var_reci_chn = scale``; the unused fourth channel gets the
         defaults 0 and 1.0 (RT ``function-set_aipp_dtc_pixel_min.md``,
         ``function-set_aipp_pixel_var_reci.md``)."""
-        o, s = norm.offset, checked_var_reci(norm.scale)
+        o, s = checked_aipp_values(norm)
         return cls(source_size, norm.swap_rb, (0, 0, 0, 0), (*o, 0.0), (*s, 1.0))
 
 

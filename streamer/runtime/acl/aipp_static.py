@@ -26,27 +26,40 @@ from pydantic import BaseModel, ConfigDict, Field
 from streamer.errors import ConfigError
 from streamer.runtime.graph_preprocess import InputNormalization
 
-__all__ = ["VAR_RECI_LIMIT", "StaticAipp", "aipp_op_text", "checked_var_reci"]
+__all__ = ["MIN_CHN_RANGE", "VAR_RECI_LIMIT", "StaticAipp", "aipp_op_text", "checked_aipp_values"]
 
 VAR_RECI_LIMIT = 65504.0
 """The largest ``|var_reci_chn|`` AIPP takes, a float16 (RT ``aclmdlSetAIPPPixelVarReci``:
 value range [-65504, 65504]; the static ``var_reci_chn_n`` is the same field)."""
+MIN_CHN_RANGE = (0.0, 255.0)
+"""The range of ``min_chn`` (RT ``aclmdlSetAIPPDtcPixelMin``: [0, 255]; the static
+``min_chn_n`` is the same field)."""
 
 
-def checked_var_reci(scale: tuple[float, float, float]) -> tuple[float, float, float]:
-    """The normalisation's ``scale`` as AIPP's ``var_reci_chn``.
+def checked_aipp_values(
+    norm: InputNormalization,
+) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """The normalisation's ``offset`` and ``scale`` as AIPP's ``min_chn`` and
+    ``var_reci_chn``.
 
     Raises:
-        ConfigError: a value beyond :data:`VAR_RECI_LIMIT`: ``std`` below
-            1 / (255 · 65504), about 6e-8.
+        ConfigError: an offset outside :data:`MIN_CHN_RANGE` (``mean`` outside 0..1), or a
+            scale beyond :data:`VAR_RECI_LIMIT` (``std`` below 1 / (255 · 65504), about
+            6e-8).
     """
-    worst = max(abs(v) for v in scale)
+    low, high = MIN_CHN_RANGE
+    if not all(low <= v <= high for v in norm.offset):
+        raise ConfigError(
+            f"preprocess.mean: AIPP would subtract 255 * mean = {list(norm.offset)}, outside its "
+            f"min_chn range [{low:g}, {high:g}]"
+        )
+    worst = max(abs(v) for v in norm.scale)
     if worst > VAR_RECI_LIMIT:
         raise ConfigError(
             f"preprocess.std: AIPP would multiply by 1 / (255 * std) = {worst:.6g}, beyond "
             f"its var_reci_chn range of +-{VAR_RECI_LIMIT:g}"
         )
-    return scale
+    return norm.offset, norm.scale
 
 
 class StaticAipp(BaseModel):
@@ -98,7 +111,7 @@ class StaticAipp(BaseModel):
     def from_normalization(cls, norm: InputNormalization, height: int, width: int) -> StaticAipp:
         """The AIPP that computes ``norm`` on ``height`` × ``width`` pixels (0 × 0 for a
         dynamic-resolution model): ``min_chn = offset``, ``var_reci_chn = scale``."""
-        o, s = norm.offset, checked_var_reci(norm.scale)
+        o, s = checked_aipp_values(norm)
         return cls(
             src_image_size_w=width,
             src_image_size_h=height,

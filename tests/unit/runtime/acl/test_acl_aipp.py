@@ -140,3 +140,15 @@ def test_a_std_whose_aipp_multiplier_is_beyond_float16_is_refused() -> None:
         StaticAipp.from_normalization(tiny, 128, 128)
     with pytest.raises(ConfigError, match="var_reci_chn range of"):
         DynamicAippParams.from_normalization(tiny, (128, 128))
+
+
+def test_a_mean_outside_0_to_1_is_refused_for_aipp() -> None:
+    """AIPP's min_chn (255 * mean) is documented in [0, 255] (aclmdlSetAIPPDtcPixelMin)."""
+    for mean in (-1.0, 2.0):
+        norm = InputNormalization.from_mean_std(
+            np.full(3, mean), np.full(3, 0.5), swap_rb=True, layout="NCHW"
+        )
+        with pytest.raises(ConfigError, match="preprocess.mean: .* outside its min_chn range"):
+            StaticAipp.from_normalization(norm, 128, 128)
+        with pytest.raises(ConfigError, match="min_chn range"):
+            DynamicAippParams.from_normalization(norm, (128, 128))
