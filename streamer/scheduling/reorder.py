@@ -62,6 +62,8 @@ class ReorderBuffer:
         self._timeout_ns = int(timeout_s * 1e9)
         self._idle_ns = int(idle_evict_s * 1e9)
         self._streams: dict[tuple[str, int], _Stream] = {}
+        # Streams whose end of stream was released: anything of theirs still to come is late.
+        self._ended: dict[tuple[str, int], int] = {}  # key -> when it ended, monotonic ns
         self._skipped: list[tuple[tuple[str, int], int]] = []
         self._skip_lock = threading.Lock()
         self.gave_up = 0
@@ -82,6 +84,9 @@ class ReorderBuffer:
         now = time.monotonic_ns()
         released = self._apply_skips(now)
         key = (item.source, item.epoch)
+        if key in self._ended:  # given up on before its end of stream was published
+            self.late += 1
+            return [*released, item]
         stream = self._stream(key, now)
         if item.order < stream.next_order:
             self.late += 1
@@ -109,6 +114,9 @@ class ReorderBuffer:
                 released += out
             elif not stream.held and now - stream.last_ns > self._idle_ns:
                 del self._streams[key]
+        for key, ended_ns in list(self._ended.items()):
+            if now - ended_ns > self._idle_ns:
+                del self._ended[key]
         return released
 
     def flush(self) -> list[Item]:
@@ -141,6 +149,8 @@ class ReorderBuffer:
             skipped, self._skipped = self._skipped, []
         released: list[Item] = []
         for key, order in skipped:
+            if key in self._ended:
+                continue
             stream = self._stream(key, now)
             if order >= stream.next_order:
                 self._hold(stream, order, _SKIPPED, now)
@@ -173,6 +183,7 @@ class ReorderBuffer:
     def _forget_if_ended(self, key: tuple[str, int], stream: _Stream, out: list[Item]) -> None:
         if out and isinstance(out[-1], EndOfStream) and not stream.held:
             del self._streams[key]
+            self._ended[key] = stream.last_ns
 
 
 def _failed(item: Any) -> bool:

@@ -91,3 +91,17 @@ def test_failed_frames_do_not_fill_the_window() -> None:
     assert orders(buffer.push(frame(0))) == list(range(200))
     assert orders(buffer.push(frame(200))) == [200]
     assert buffer.gave_up == buffer.late == buffer.held() == 0
+
+
+def test_a_frame_given_up_on_before_its_end_of_stream_is_late_not_held_again() -> None:
+    """Its stream was forgotten with the end of stream: it must not wait for a frame 0 of a
+    stream that no longer exists (held until the timeout, counted as given up on)."""
+    buffer = ReorderBuffer(window=2, timeout_s=10, idle_evict_s=60)
+    for order in (2, 3, 4):
+        buffer.push(frame(order))  # frames 0 and 1 run long: given up on at the window
+    eos = EndOfStream("a", 4)
+    eos.epoch, eos.order = 0, 5
+    assert [type(i).__name__ for i in buffer.push(eos)] == ["EndOfStream"]
+    assert orders(buffer.push(frame(1))) == [1]  # late, at once
+    assert orders(buffer.push(frame(0))) == [0]
+    assert (buffer.gave_up, buffer.late, buffer.held()) == (2, 2, 0)
