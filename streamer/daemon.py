@@ -272,6 +272,7 @@ class _Control:
         drained = self._pipeline.stop(timeout_s)
         # Models and devices are released before the last line; a failed release exits 1.
         released = close_logged(self._pipeline.close, "pipeline")
+        self._requests.log_received()  # signals that came during the drain
         self._health.set_status(Status.STOPPED)
         counts = self._pipeline.counts.snapshot()
         self._notifier.status(status_line("stopped", counts, 0.0))

@@ -207,3 +207,23 @@ def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
     final = daemon.final_counts()
     assert final["drained"] is False and final["received"] == 3
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]
+
+
+def test_a_signal_during_the_drain_is_logged(
+    start_daemon: Any, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """A SIGHUP while the frames in flight drain is acknowledged before the last line."""
+    settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
+    daemon = start_daemon(
+        **settings, runtime_extra="[runtime.options.sim]\nexecute_delay_ms = 1500"
+    )
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", limit=4)
+    time.sleep(0.5)  # the frames reach the model, which takes 1.5 s a batch
+    daemon.process.send_signal(signal.SIGTERM)
+    daemon.wait_event("draining", 30)
+    daemon.process.send_signal(signal.SIGHUP)
+    assert daemon.process.wait(30) == 0
+    daemon.close()
+    events = [(e.get("event"), e.get("signal")) for e in daemon.logs]
+    assert events.index(("signal_received", "SIGHUP")) < events.index(("stopped", None))
+    assert daemon.final_counts()["published"] == 4
