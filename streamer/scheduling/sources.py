@@ -164,9 +164,7 @@ class SourceTracker:
 
 
 def _restarts(seq: int, stream: _Stream) -> bool:
-    """Whether ``seq`` begins a new epoch of ``stream`` (module docstring)."""
-    if stream.last_seq < 0:
-        return False
+    """Whether ``seq`` is a producer restart on ``stream`` (module docstring)."""
     return seq == 0 or seq > stream.last_seq + 1 + MAX_DROPOUT or seq == stream.restart_probe
 
 

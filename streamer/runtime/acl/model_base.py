@@ -178,9 +178,10 @@ class AclModel(QueueModel):
             idle = not self._device.hung and self._stop()
         finally:
             self._on_close(self)
-            if not (idle and self._release()):
+            if idle and self._release():
+                _log.info("acl_model_closed", model=self.info.name, mode=self.mode)
+            else:
                 self._abandon()
-            _log.info("acl_model_closed", model=self.info.name, mode=self.mode)
 
     def _release(self) -> bool:
         """Run the releases on a thread of their own, with the device's context, waiting
