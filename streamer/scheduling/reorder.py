@@ -9,7 +9,9 @@ its oldest held frame waited ``timeout_s``, the missing frames are given up on a
 ones are released, so a lost frame cannot stall its source forever. Failed frames held do
 not count towards the window (they can outrun any batch); only the timeout bounds them. A
 frame that arrives after it was given up on is released at once (``late``): a result is
-never thrown away.
+never thrown away. A stream's end of stream waits for its frames given up on in the last
+``timeout_s`` (they are still running), so a subscriber that stops reading at the end of
+stream gets them too.
 
 Only the egress thread calls :meth:`push` and :meth:`expire`; :meth:`skip` is thread-safe.
 """
@@ -43,6 +45,11 @@ class _Stream:
     either. Frames failed before the model (a corrupt image) reach egress at the rate they
     arrive, however long an earlier frame's batch runs, so no window bounds them; the
     timeout does."""
+    given_up: dict[int, int] = field(default_factory=dict)
+    """Orders given up on and not come since -> when (monotonic ns), oldest first; kept for
+    ``timeout_s``."""
+    eos: EndOfStream | None = None
+    """The end of stream, released once ``given_up`` is empty."""
 
 
 class ReorderBuffer:
@@ -90,16 +97,16 @@ class ReorderBuffer:
         stream = self._stream(key, now)
         if item.order < stream.next_order:
             self.late += 1
-            return [*released, item]
-        if item.order == stream.next_order and not stream.held:
+            released += [item, *self._came(stream, item.order)]
+        elif item.order == stream.next_order and not stream.held:
             stream.next_order += 1
-            released.append(item)
+            released += self._pass(stream, item)
         else:
             self._hold(stream, item.order, item, now)
             stream.failed += _failed(item)
             released += self._drain(stream)
             if len(stream.held) - stream.skipped - stream.failed > self.window:
-                released += self._give_up(stream)
+                released += self._give_up(stream, now)
         self._forget_if_ended(key, stream, released)
         return released
 
@@ -108,12 +115,14 @@ class ReorderBuffer:
         now = time.monotonic_ns() if now_ns is None else now_ns
         released = self._apply_skips(now)
         for key, stream in list(self._streams.items()):
+            out = self._expire_given_up(stream, now)
             if stream.held and now - stream.held_since_ns >= self._timeout_ns:
-                out = self._give_up(stream)
-                self._forget_if_ended(key, stream, out)
-                released += out
-            elif not stream.held and now - stream.last_ns > self._idle_ns:
+                out += self._give_up(stream, now)
+            elif not stream.held and stream.eos is None and now - stream.last_ns > self._idle_ns:
                 del self._streams[key]
+                continue
+            self._forget_if_ended(key, stream, out)
+            released += out
         for key, ended_ns in list(self._ended.items()):
             if now - ended_ns > self._idle_ns:
                 del self._ended[key]
@@ -121,16 +130,19 @@ class ReorderBuffer:
 
     def flush(self) -> list[Item]:
         """Release everything held, giving up on what is missing (at shutdown)."""
-        released = self._apply_skips(time.monotonic_ns())
+        now = time.monotonic_ns()
+        released = self._apply_skips(now)
         for key, stream in list(self._streams.items()):
             while stream.held:
-                released += self._give_up(stream)
+                released += self._give_up(stream, now)
+            if stream.eos is not None:
+                released.append(stream.eos)
             del self._streams[key]
         return released
 
     def held(self) -> int:
         """Items waiting for an earlier one (a gauge)."""
-        return sum(len(s.held) for s in self._streams.values())
+        return sum(len(s.held) + (s.eos is not None) for s in self._streams.values())
 
     def _stream(self, key: tuple[str, int], now: int) -> _Stream:
         stream = self._streams.get(key)
@@ -156,8 +168,10 @@ class ReorderBuffer:
                 self._hold(stream, order, _SKIPPED, now)
                 stream.skipped += 1
                 out = self._drain(stream)
-                self._forget_if_ended(key, stream, out)
-                released += out
+            else:
+                out = self._came(stream, order)
+            self._forget_if_ended(key, stream, out)
+            released += out
         return released
 
     def _drain(self, stream: _Stream) -> list[Item]:
@@ -169,16 +183,49 @@ class ReorderBuffer:
                 stream.skipped -= 1
             else:
                 stream.failed -= _failed(item)
-                released.append(item)
+                released += self._pass(stream, item)
         if stream.held:
             stream.held_since_ns = time.monotonic_ns()
         return released
 
-    def _give_up(self, stream: _Stream) -> list[Item]:
+    def _give_up(self, stream: _Stream, now: int) -> list[Item]:
         first = min(stream.held)
         self.gave_up += first - stream.next_order
+        stream.given_up.update((order, now) for order in range(stream.next_order, first))
         stream.next_order = first
         return self._drain(stream)
+
+    @staticmethod
+    def _pass(stream: _Stream, item: Item) -> list[Item]:
+        """``item``, next in order, to release; an end of stream waits for the frames given
+        up on."""
+        if isinstance(item, EndOfStream) and stream.given_up:
+            stream.eos = item
+            return []
+        return [item]
+
+    def _came(self, stream: _Stream, order: int) -> list[Item]:
+        """A frame given up on came late or was dropped: the end of stream, if it waited for
+        it alone."""
+        stream.given_up.pop(order, None)
+        return self._release_eos(stream)
+
+    def _expire_given_up(self, stream: _Stream, now: int) -> list[Item]:
+        """Stop waiting for frames given up on ``timeout_s`` ago."""
+        given_up = stream.given_up
+        while given_up:
+            oldest = next(iter(given_up))
+            if now - given_up[oldest] < self._timeout_ns:
+                break
+            del given_up[oldest]
+        return self._release_eos(stream)
+
+    @staticmethod
+    def _release_eos(stream: _Stream) -> list[Item]:
+        if stream.eos is None or stream.given_up:
+            return []
+        eos, stream.eos = stream.eos, None
+        return [eos]
 
     def _forget_if_ended(self, key: tuple[str, int], stream: _Stream, out: list[Item]) -> None:
         if out and isinstance(out[-1], EndOfStream) and not stream.held:

@@ -93,15 +93,50 @@ def test_failed_frames_do_not_fill_the_window() -> None:
     assert buffer.gave_up == buffer.late == buffer.held() == 0
 
 
-def test_a_frame_given_up_on_before_its_end_of_stream_is_late_not_held_again() -> None:
-    """Its stream was forgotten with the end of stream: it must not wait for a frame 0 of a
-    stream that no longer exists (held until the timeout, counted as given up on)."""
+def test_an_end_of_stream_waits_for_the_frames_given_up_on() -> None:
+    """A subscriber that stops reading at the end of stream gets the frames given up on
+    (still running on a slow replica) too: the end of stream comes after them."""
     buffer = ReorderBuffer(window=2, timeout_s=10, idle_evict_s=60)
     for order in (2, 3, 4):
         buffer.push(frame(order))  # frames 0 and 1 run long: given up on at the window
     eos = EndOfStream("a", 4)
     eos.epoch, eos.order = 0, 5
-    assert [type(i).__name__ for i in buffer.push(eos)] == ["EndOfStream"]
+    assert buffer.push(eos) == [] and buffer.held() == 1
     assert orders(buffer.push(frame(1))) == [1]  # late, at once
-    assert orders(buffer.push(frame(0))) == [0]
+    assert orders(buffer.push(frame(0))) == [0, 5]
     assert (buffer.gave_up, buffer.late, buffer.held()) == (2, 2, 0)
+    assert orders(buffer.push(frame(6))) == [6]  # the stream was forgotten: late at once
+
+
+def test_an_end_of_stream_waits_no_longer_than_the_timeout() -> None:
+    buffer = ReorderBuffer(window=1, timeout_s=1, idle_evict_s=60)
+    buffer.push(frame(1))
+    assert orders(buffer.push(frame(2))) == [1, 2]  # frame 0 given up on
+    buffer.skip(frame(3))  # dropped
+    eos = EndOfStream("a", 3)
+    eos.epoch, eos.order = 0, 4
+    assert buffer.push(eos) == []
+    assert buffer.expire() == []
+    assert buffer.expire(now_ns=time.monotonic_ns() + 2 * 10**9) == [eos]
+    assert buffer.held() == 0 and orders(buffer.push(frame(0))) == [0]
+
+
+def test_a_dropped_frame_given_up_on_releases_the_end_of_stream() -> None:
+    buffer = ReorderBuffer(window=1, timeout_s=10, idle_evict_s=60)
+    buffer.push(frame(1))
+    buffer.push(frame(2))  # frame 0 given up on
+    eos = EndOfStream("a", 2)
+    eos.epoch, eos.order = 0, 3
+    assert buffer.push(eos) == []
+    buffer.skip(frame(0))  # then dropped (e.g. a reload gave its chain up)
+    assert buffer.expire() == [eos]
+
+
+def test_flush_releases_a_waiting_end_of_stream() -> None:
+    buffer = ReorderBuffer(window=1, timeout_s=10, idle_evict_s=60)
+    buffer.push(frame(1))
+    buffer.push(frame(2))
+    eos = EndOfStream("a", 2)
+    eos.epoch, eos.order = 0, 3
+    buffer.push(eos)
+    assert buffer.flush() == [eos] and buffer.held() == 0
