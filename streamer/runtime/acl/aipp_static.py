@@ -26,11 +26,21 @@ from pydantic import BaseModel, ConfigDict, Field
 from streamer.errors import ConfigError
 from streamer.runtime.graph_preprocess import InputNormalization
 
-__all__ = ["MIN_CHN_RANGE", "VAR_RECI_LIMIT", "StaticAipp", "aipp_op_text", "checked_aipp_values"]
+__all__ = [
+    "MIN_CHN_RANGE",
+    "VAR_RECI_LIMIT",
+    "VAR_RECI_SMALLEST",
+    "StaticAipp",
+    "aipp_op_text",
+    "checked_aipp_values",
+]
 
 VAR_RECI_LIMIT = 65504.0
 """The largest ``|var_reci_chn|`` AIPP takes, a float16 (RT ``aclmdlSetAIPPPixelVarReci``:
 value range [-65504, 65504]; the static ``var_reci_chn_n`` is the same field)."""
+VAR_RECI_SMALLEST = 2.0**-14
+"""The smallest ``|var_reci_chn|`` kept to float16's precision (its smallest normal number,
+about 6.1e-5); below it the value rounds coarsely, below 3e-8 to 0."""
 MIN_CHN_RANGE = (0.0, 255.0)
 """The range of ``min_chn`` (RT ``aclmdlSetAIPPDtcPixelMin``: [0, 255]; the static
 ``min_chn_n`` is the same field)."""
@@ -45,7 +55,7 @@ def checked_aipp_values(
     Raises:
         ConfigError: an offset outside :data:`MIN_CHN_RANGE` (``mean`` outside 0..1), or a
             scale beyond :data:`VAR_RECI_LIMIT` (``std`` below 1 / (255 · 65504), about
-            6e-8).
+            6e-8) or below :data:`VAR_RECI_SMALLEST` (``std`` above about 64).
     """
     low, high = MIN_CHN_RANGE
     if not all(low <= v <= high for v in norm.offset):
@@ -58,6 +68,12 @@ def checked_aipp_values(
         raise ConfigError(
             f"preprocess.std: AIPP would multiply by 1 / (255 * std) = {worst:.6g}, beyond "
             f"its var_reci_chn range of +-{VAR_RECI_LIMIT:g}"
+        )
+    least = min(abs(v) for v in norm.scale)
+    if least < VAR_RECI_SMALLEST:
+        raise ConfigError(
+            f"preprocess.std: AIPP would multiply by 1 / (255 * std) = {least:.6g}, below "
+            f"{VAR_RECI_SMALLEST:.2g}, where its float16 var_reci_chn loses precision"
         )
     return norm.offset, norm.scale
 

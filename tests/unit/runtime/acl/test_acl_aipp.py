@@ -142,6 +142,17 @@ def test_a_std_whose_aipp_multiplier_is_beyond_float16_is_refused() -> None:
         DynamicAippParams.from_normalization(tiny, (128, 128))
 
 
+def test_a_std_whose_aipp_multiplier_is_below_float16_precision_is_refused() -> None:
+    """A std of 1000 makes var_reci_chn 3.9e-6: a float16 subnormal, rounded by ~1 %."""
+    huge = InputNormalization.from_mean_std(
+        np.full(3, 0.5), np.array([0.5, 1000.0, 0.5]), swap_rb=True, layout="NCHW"
+    )
+    with pytest.raises(ConfigError, match=r"= 3.92157e-06, below 6.1e-05"):
+        StaticAipp.from_normalization(huge, 128, 128)
+    with pytest.raises(ConfigError, match="loses precision"):
+        DynamicAippParams.from_normalization(huge, (128, 128))
+
+
 def test_a_mean_outside_0_to_1_is_refused_for_aipp() -> None:
     """AIPP's min_chn (255 * mean) is documented in [0, 255] (aclmdlSetAIPPDtcPixelMin)."""
     for mean in (-1.0, 2.0):
