@@ -463,9 +463,11 @@ class Pipeline:
         if self._authenticator is not None:
             self._authenticator.stop()
             self._authenticator = None
-        stuck = [w.name for w in [*self._ingresses, *self._workers] if w.is_alive()]
+        stuck = [w for w in [*self._ingresses, *self._workers] if w.is_alive()]
         if stuck:  # terminating the context would hang on their sockets
-            _log.error("threads_stuck", threads=stuck)
+            # An old chain's thread and its successor share a name; the thread id tells
+            # them apart and is what `top -H` and stack dumps show.
+            _log.error("threads_stuck", threads=[f"{w.name}/{w.native_id}" for w in stuck])
         elif self._context is not None:
             self._context.term()
             self._context = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -204,6 +205,8 @@ def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
     assert "acl_sim_task_failed" not in events
     if mode == "sync":  # its enqueue thread is still inside acl.mdl.execute
         assert "exit_forced" in events
+        stuck = next(e for e in daemon.logs if e.get("event") == "threads_stuck")
+        assert any(re.fullmatch(r"enqueue-face-0/\d+", t) for t in stuck["threads"])
     final = daemon.final_counts()
     assert final["drained"] is False and final["received"] == 3
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]
