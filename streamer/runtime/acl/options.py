@@ -39,10 +39,11 @@ __all__ = ["AclOptions", "ModelOptions", "SimOptions", "parse_model_options", "p
 
 
 def _decimal_key(key: object) -> object:
-    """A TOML key (always a string) as the int it spells in plain decimal digits; other
-    spellings that Python's int() takes (``"1_0"``, ``" 1"``, ``"+1"``) stay strings, so
-    strict validation refuses them."""
-    if isinstance(key, str) and re.fullmatch("[0-9]{1,10}", key):
+    """A TOML key (always a string) as the int it spells in plain decimal digits without
+    leading zeros; other spellings that Python's int() takes (``"1_0"``, ``" 1"``, ``"+1"``,
+    ``"00"``, which would collide with ``"0"``) stay strings, so strict validation refuses
+    them."""
+    if isinstance(key, str) and re.fullmatch("0|[1-9][0-9]{0,9}", key):
         return int(key)
     return key
 

@@ -63,6 +63,7 @@ def test_null_handles() -> None:
         ({"sim": {"device_lost_after_n_executes": {"-3": 2}}}, "device_lost_after_n_executes"),
         ({"sim": {"device_lost_after_n_executes": {"1_0": 2}}}, "device_lost_after_n_executes"),
         ({"sim": {"device_lost_after_n_executes": {" 1": 2}}}, "device_lost_after_n_executes"),
+        ({"sim": {"device_lost_after_n_executes": {"00": 2}}}, "device_lost_after_n_executes"),
         ({"sim": {"fail_calls": {"acl.rt.malloc": 2**40}}}, "runtime.options.sim.fail_calls"),
     ],
 )
