@@ -71,8 +71,8 @@ class Frame:
         handover: while it goes from a stage to the next through the ``tensor`` adapter, the
             next stage's inputs made from its batch, shared by that batch's frames (a
             :class:`~streamer.scheduling.tensor_link.Handover`); None otherwise.
-        epoch, order: the source's stream epoch (a new one after its end of stream or idle
-            eviction) and the frame's arrival index within it, from
+        epoch, order: the source's stream epoch (a new one after its idle eviction) and the
+            frame's arrival index within it, from
             :class:`~streamer.scheduling.sources.SourceTracker`; egress publishes each
             (source, epoch) in ``order``. ``order`` is -1 for frames outside any stream (a
             header too broken to name its source).

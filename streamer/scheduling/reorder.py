@@ -9,9 +9,9 @@ its oldest held frame waited ``timeout_s``, the missing frames are given up on a
 ones are released, so a lost frame cannot stall its source forever. Failed frames held do
 not count towards the window (they can outrun any batch); only the timeout bounds them. A
 frame that arrives after it was given up on is released at once (``late``): a result is
-never thrown away. A stream's end of stream waits for its frames given up on in the last
-``timeout_s`` (they are still running), so a subscriber that stops reading at the end of
-stream gets them too.
+never thrown away. An end of stream, in its place in the order, waits for the stream's
+frames given up on in the last ``timeout_s`` (they are still running), and what follows it
+waits with it, so a subscriber that stops reading at the end of stream gets them too.
 
 Only the egress thread calls :meth:`push` and :meth:`expire`; :meth:`skip` is thread-safe.
 """
@@ -47,9 +47,7 @@ class _Stream:
     timeout does."""
     given_up: dict[int, int] = field(default_factory=dict)
     """Orders given up on and not come since -> when (monotonic ns), oldest first; kept for
-    ``timeout_s``."""
-    eos: EndOfStream | None = None
-    """The end of stream, released once ``given_up`` is empty."""
+    ``timeout_s``. An end of stream next in order waits while there are any."""
 
 
 class ReorderBuffer:
@@ -69,8 +67,8 @@ class ReorderBuffer:
         self._timeout_ns = int(timeout_s * 1e9)
         self._idle_ns = int(idle_evict_s * 1e9)
         self._streams: dict[tuple[str, int], _Stream] = {}
-        # Streams whose end of stream was released: anything of theirs still to come is late.
-        self._ended: dict[tuple[str, int], int] = {}  # key -> when it ended, monotonic ns
+        # Streams forgotten while idle: anything of theirs still to come is late.
+        self._forgotten: dict[tuple[str, int], int] = {}  # key -> when, monotonic ns
         self._skipped: list[tuple[tuple[str, int], int]] = []
         self._skip_lock = threading.Lock()
         self.gave_up = 0
@@ -91,23 +89,22 @@ class ReorderBuffer:
         now = time.monotonic_ns()
         released = self._apply_skips(now)
         key = (item.source, item.epoch)
-        if key in self._ended:  # given up on before its end of stream was published
+        if key in self._forgotten:
             self.late += 1
             return [*released, item]
         stream = self._stream(key, now)
         if item.order < stream.next_order:
             self.late += 1
-            released += [item, *self._came(stream, item.order)]
-        elif item.order == stream.next_order and not stream.held:
+            return [*released, item, *self._came(stream, item.order)]
+        if item.order == stream.next_order and not stream.held and not _waits(stream, item):
             stream.next_order += 1
-            released += self._pass(stream, item)
-        else:
-            self._hold(stream, item.order, item, now)
-            stream.failed += _failed(item)
-            released += self._drain(stream)
-            if len(stream.held) - stream.skipped - stream.failed > self.window:
-                released += self._give_up(stream, now)
-        self._forget_if_ended(key, stream, released)
+            released.append(item)
+            return released
+        self._hold(stream, item.order, item, now)
+        stream.failed += _failed(item)
+        released += self._drain(stream)
+        if len(stream.held) - stream.skipped - stream.failed > self.window:
+            released += self._give_up(stream, now)
         return released
 
     def expire(self, now_ns: int | None = None) -> list[Item]:
@@ -115,34 +112,30 @@ class ReorderBuffer:
         now = time.monotonic_ns() if now_ns is None else now_ns
         released = self._apply_skips(now)
         for key, stream in list(self._streams.items()):
-            out = self._expire_given_up(stream, now)
+            released += self._expire_given_up(stream, now)
             if stream.held and now - stream.held_since_ns >= self._timeout_ns:
-                out += self._give_up(stream, now)
-            elif not stream.held and stream.eos is None and now - stream.last_ns > self._idle_ns:
+                released += self._give_up(stream, now)
+            elif not stream.held and now - stream.last_ns > self._idle_ns:
                 del self._streams[key]
-                continue
-            self._forget_if_ended(key, stream, out)
-            released += out
-        for key, ended_ns in list(self._ended.items()):
-            if now - ended_ns > self._idle_ns:
-                del self._ended[key]
+                self._forgotten[key] = now
+        for key, forgotten_ns in list(self._forgotten.items()):
+            if now - forgotten_ns > self._idle_ns:
+                del self._forgotten[key]
         return released
 
     def flush(self) -> list[Item]:
         """Release everything held, giving up on what is missing (at shutdown)."""
         now = time.monotonic_ns()
         released = self._apply_skips(now)
-        for key, stream in list(self._streams.items()):
+        for stream in self._streams.values():
             while stream.held:
                 released += self._give_up(stream, now)
-            if stream.eos is not None:
-                released.append(stream.eos)
-            del self._streams[key]
+        self._streams.clear()
         return released
 
     def held(self) -> int:
         """Items waiting for an earlier one (a gauge)."""
-        return sum(len(s.held) + (s.eos is not None) for s in self._streams.values())
+        return sum(len(s.held) for s in self._streams.values())
 
     def _stream(self, key: tuple[str, int], now: int) -> _Stream:
         stream = self._streams.get(key)
@@ -161,76 +154,67 @@ class ReorderBuffer:
             skipped, self._skipped = self._skipped, []
         released: list[Item] = []
         for key, order in skipped:
-            if key in self._ended:
+            if key in self._forgotten:
                 continue
             stream = self._stream(key, now)
             if order >= stream.next_order:
                 self._hold(stream, order, _SKIPPED, now)
                 stream.skipped += 1
-                out = self._drain(stream)
+                released += self._drain(stream)
             else:
-                out = self._came(stream, order)
-            self._forget_if_ended(key, stream, out)
-            released += out
+                released += self._came(stream, order)
         return released
 
     def _drain(self, stream: _Stream) -> list[Item]:
         released: list[Item] = []
         while stream.next_order in stream.held:
-            item = stream.held.pop(stream.next_order)
+            item = stream.held[stream.next_order]
+            if _waits(stream, item):
+                break
+            del stream.held[stream.next_order]
             stream.next_order += 1
             if item is _SKIPPED:
                 stream.skipped -= 1
             else:
                 stream.failed -= _failed(item)
-                released += self._pass(stream, item)
+                released.append(item)
         if stream.held:
             stream.held_since_ns = time.monotonic_ns()
         return released
 
     def _give_up(self, stream: _Stream, now: int) -> list[Item]:
+        """Stop waiting for what is missing before the first held item, or, when that item
+        is an end of stream, for the frames given up on before."""
         first = min(stream.held)
+        if first == stream.next_order:
+            stream.given_up.clear()
         self.gave_up += first - stream.next_order
         stream.given_up.update((order, now) for order in range(stream.next_order, first))
         stream.next_order = first
         return self._drain(stream)
 
-    @staticmethod
-    def _pass(stream: _Stream, item: Item) -> list[Item]:
-        """``item``, next in order, to release; an end of stream waits for the frames given
-        up on."""
-        if isinstance(item, EndOfStream) and stream.given_up:
-            stream.eos = item
-            return []
-        return [item]
-
     def _came(self, stream: _Stream, order: int) -> list[Item]:
-        """A frame given up on came late or was dropped: the end of stream, if it waited for
-        it alone."""
-        stream.given_up.pop(order, None)
-        return self._release_eos(stream)
+        """A frame given up on came late or was dropped: what waited for it alone."""
+        if stream.given_up.pop(order, None) is None or stream.given_up:
+            return []
+        return self._drain(stream)
 
     def _expire_given_up(self, stream: _Stream, now: int) -> list[Item]:
         """Stop waiting for frames given up on ``timeout_s`` ago."""
         given_up = stream.given_up
+        if not given_up:
+            return []
         while given_up:
             oldest = next(iter(given_up))
             if now - given_up[oldest] < self._timeout_ns:
-                break
+                return []
             del given_up[oldest]
-        return self._release_eos(stream)
+        return self._drain(stream)
 
-    @staticmethod
-    def _release_eos(stream: _Stream) -> list[Item]:
-        if stream.eos is None or stream.given_up:
-            return []
-        eos, stream.eos = stream.eos, None
-        return [eos]
 
-    def _forget_if_ended(self, key: tuple[str, int], stream: _Stream, out: list[Item]) -> None:
-        if out and isinstance(out[-1], EndOfStream) and not stream.held:
-            del self._streams[key]
-            self._ended[key] = stream.last_ns
+def _waits(stream: _Stream, item: Any) -> bool:
+    """Whether ``item``, next in order, waits: an end of stream behind frames given up on."""
+    return isinstance(item, EndOfStream) and bool(stream.given_up)
 
 
 def _failed(item: Any) -> bool:

@@ -22,19 +22,22 @@ sequence number validation (RFC 3550, appendix A.1, with its ``MAX_DROPOUT`` = 3
   until its counter passes the old one.
 
 A restart changes only what ``seq`` is checked against: the frames keep their arrival order
-(``order``), so results after a restart never overtake those before it. A source forgotten
-(end of stream, idle) begins a new *epoch* (numbered across all sources, so no per-source
-history is kept) whose order starts at 0.
+(``order``), so results after a restart never overtake those before it. So does an end of
+stream: it takes the next place in the order, and the source's next frame starts the ``seq``
+count anew (any ``seq``; no gap, no restart) in the same order, so a producer that sends clip
+after clip on one source id gets each clip's results, and its end of stream, before the next
+clip's. A source forgotten (idle) begins a new *epoch* (numbered across all sources, so no
+per-source history is kept) whose order starts at 0.
 
 A frame whose header was refused (``bad_header``) carries a ``seq`` nobody vouches for (any
-number, up to ``2**53`` and beyond): it takes the next place in its source's order, so its
-error result is published in turn, but it moves the source's state only when its ``seq`` is
-the next one expected (``last + 1``). Any other refused ``seq`` (a jump, a repeat, a 0)
-neither opens a stream nor restarts one, counts no gap and is never stale, so the frames
-after it are judged against the last trusted ``seq``.
+number, up to ``2**53`` and beyond): it takes the next place in its source's order (opening
+the source's stream if it has none), so its error result is published in turn, but it moves
+the source's ``seq`` state only when its ``seq`` is the next one expected (``last + 1``). Any
+other refused ``seq`` (a jump, a repeat, a 0) sets no ``seq`` to check against, restarts
+nothing, counts no gap and is never stale, so the frames after it are judged against the last
+trusted ``seq``.
 
-A source unseen for ``idle_evict_s`` is forgotten (its next frame starts a new epoch), and so
-is a source whose end-of-stream was received.
+A source unseen for ``idle_evict_s`` is forgotten (its next frame starts a new epoch).
 """
 
 from __future__ import annotations
@@ -64,10 +67,11 @@ a restart, confirmed by the next frame (RFC 3550 A.1)."""
 @dataclass(slots=True)
 class _Stream:
     epoch: int
-    last_seq: int
+    last_seq: int | None  # the last trusted seq; None: the next accepted frame starts anew
     next_order: int
     last_seen_ns: int
     restart_probe: int = -1  # the seq that confirms a restart below last_seq; -1 for none
+    ended: bool = False  # its end of stream came and no frame since
 
 
 @dataclass(frozen=True)
@@ -98,74 +102,83 @@ class SourceTracker:
         """Check ``frame.seq``, and set ``frame.epoch`` and ``frame.order`` if accepted.
 
         A frame whose header was refused gets its place but moves nothing unless its ``seq``
-        is the next one expected (see the module docstring); ``order`` stays -1 when its
-        source has no stream.
+        is the next one expected (see the module docstring).
 
         Returns:
             False when the frame is stale (the caller drops it as ``stale_seq``).
         """
         with self._lock:
             stream = self._streams.get(frame.source)
-            if _refused(frame) and (stream is None or frame.seq != stream.last_seq + 1):
-                if stream is not None:
-                    frame.epoch, frame.order = stream.epoch, stream.next_order
-                    stream.next_order += 1
-                return True
             if stream is None:
                 stream = self._open(frame.source, frame.received_at_ns)
-            elif _restarts(frame.seq, stream):
+            last = stream.last_seq
+            if _refused(frame) and (last is None or frame.seq != last + 1):
+                self._place(frame, stream)
+                return True
+            if last is None:  # a new stream, or the first frame after an end of stream
+                pass
+            elif _restarts(frame.seq, last, stream.restart_probe):
                 self._restarts += 1
                 _log.info(
                     "source_restarted", source=frame.source, last_seq=stream.last_seq, seq=frame.seq
                 )
-            elif frame.seq <= stream.last_seq:
+            elif frame.seq <= last:
                 self._stale += 1
-                far = stream.last_seq - frame.seq >= MAX_MISORDER
+                far = last - frame.seq >= MAX_MISORDER
                 stream.restart_probe = frame.seq + 1 if far else -1
                 return False
             else:
-                self._gaps += frame.seq - stream.last_seq - 1
-            stream.last_seq, stream.restart_probe = frame.seq, -1
+                self._gaps += frame.seq - last - 1
+            stream.last_seq, stream.restart_probe, stream.ended = frame.seq, -1, False
             stream.last_seen_ns = frame.received_at_ns
-            frame.epoch, frame.order = stream.epoch, stream.next_order
-            stream.next_order += 1
+            self._place(frame, stream)
             return True
 
     def end(self, eos: EndOfStream) -> None:
-        """Place ``eos`` after the source's last frame and forget the source."""
+        """Place ``eos`` after the source's last frame; the source's next frame starts the
+        ``seq`` count anew, in the same order."""
         with self._lock:
-            stream = self._streams.pop(eos.source, None)
+            stream = self._streams.get(eos.source)
             if stream is not None:
-                eos.epoch, eos.order = stream.epoch, stream.next_order
+                self._place(eos, stream)
+                stream.last_seq, stream.restart_probe, stream.ended = None, -1, True
 
     def evict_idle(self, now_ns: int | None = None) -> list[str]:
         """Forget sources idle for longer than ``idle_evict_s``; returns their ids."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         with self._lock:
-            idle = [
-                source
+            idle = {
+                source: stream.ended
                 for source, stream in self._streams.items()
                 if now_ns - stream.last_seen_ns > self._idle_ns
-            ]
+            }
             for source in idle:
                 del self._streams[source]
-        for source in idle:
-            _log.info("source_evicted", source=source)
-        return idle
+        for source, ended in idle.items():
+            if not ended:  # a source that said goodbye is no news
+                _log.info("source_evicted", source=source)
+        return list(idle)
 
     def stats(self) -> SourceStats:
         with self._lock:
-            return SourceStats(self._gaps, self._stale, self._restarts, len(self._streams))
+            active = sum(not stream.ended for stream in self._streams.values())
+            return SourceStats(self._gaps, self._stale, self._restarts, active)
 
     def _open(self, source: str, now_ns: int) -> _Stream:
-        stream = _Stream(next(self._epochs), -1, 0, now_ns)
+        stream = _Stream(next(self._epochs), None, 0, now_ns)
         self._streams[source] = stream
         return stream
 
+    @staticmethod
+    def _place(item: Frame | EndOfStream, stream: _Stream) -> None:
+        item.epoch, item.order = stream.epoch, stream.next_order
+        stream.next_order += 1
 
-def _restarts(seq: int, stream: _Stream) -> bool:
-    """Whether ``seq`` is a producer restart on ``stream`` (module docstring)."""
-    return seq == 0 or seq > stream.last_seq + 1 + MAX_DROPOUT or seq == stream.restart_probe
+
+def _restarts(seq: int, last: int, probe: int) -> bool:
+    """Whether ``seq`` after ``last`` is a producer restart (module docstring); ``probe``
+    is the seq that confirms one below ``last``, -1 for none."""
+    return seq == 0 or seq > last + 1 + MAX_DROPOUT or seq == probe
 
 
 def _refused(frame: Frame) -> bool:

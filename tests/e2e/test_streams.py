@@ -99,6 +99,31 @@ def test_drop_oldest_under_overload_keeps_each_source_in_order(
     assert final["received"] == final["published"] + final["dropped"]
 
 
+def test_clips_on_one_source_keep_their_order_across_ends_of_stream(
+    tmp_path: Path, connect: Any, carphone_frames: list[np.ndarray]
+) -> None:
+    """A producer sending clip after clip on one source id, each closed by an end of
+    stream and numbered from 0, as fast as it can, to two replicas that finish batches out
+    of order: each clip's results and its eos come before the next clip's."""
+    daemon = shipped("default.toml", tmp_path)
+    client: Client = connect(daemon)
+    clips, length = 6, 60
+    for clip in range(clips):
+        for seq in range(length):
+            image = carphone_frames[(clip * length + seq) % 120]
+            client.send_parts(encode_frame("cam", seq, image, encoding="raw"))
+        client.send_parts(encode_eos("cam", length - 1))
+    got = []
+    while len(got) < clips * (length + 1):
+        batch = client.collect(1, 120)
+        assert batch, f"{len(got)} results"
+        got.append("eos" if batch[0].get("eos") else batch[0]["seq"])
+    assert got == [*range(length), "eos"] * clips
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["source_restarts"] == final["seq_gaps"] == final["reorder_late"] == 0
+
+
 def test_block_drops_nothing_and_slows_the_producer(
     start_daemon: Any, connect: Any, camera_jpegs: list[bytes]
 ) -> None:

@@ -102,10 +102,18 @@ def test_an_end_of_stream_waits_for_the_frames_given_up_on() -> None:
     eos = EndOfStream("a", 4)
     eos.epoch, eos.order = 0, 5
     assert buffer.push(eos) == [] and buffer.held() == 1
+    assert buffer.push(frame(6)) == []  # the source's next clip waits behind its end
     assert orders(buffer.push(frame(1))) == [1]  # late, at once
-    assert orders(buffer.push(frame(0))) == [0, 5]
+    assert orders(buffer.push(frame(0))) == [0, 5, 6]
     assert (buffer.gave_up, buffer.late, buffer.held()) == (2, 2, 0)
-    assert orders(buffer.push(frame(6))) == [6]  # the stream was forgotten: late at once
+
+
+def test_a_stream_forgotten_while_idle_takes_late_frames_at_once() -> None:
+    buffer = ReorderBuffer(window=1, timeout_s=10, idle_evict_s=1)
+    buffer.push(frame(1))
+    buffer.push(frame(2))  # frame 0 given up on
+    assert buffer.expire(now_ns=time.monotonic_ns() + 2 * 10**9) == []  # forgotten
+    assert orders(buffer.push(frame(0))) == [0] and buffer.late == 1 and buffer.held() == 0
 
 
 def test_an_end_of_stream_waits_no_longer_than_the_timeout() -> None:

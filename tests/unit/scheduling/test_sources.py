@@ -86,7 +86,10 @@ def test_sources_are_independent() -> None:
     assert a.epoch != b.epoch and a.order == b.order == 0
 
 
-def test_end_of_stream_follows_the_last_frame_and_forgets_the_source() -> None:
+def test_after_an_end_of_stream_the_next_clip_starts_anew_in_the_same_order() -> None:
+    """A producer sending clip after clip on one source id: each clip's results and end of
+    stream are published before the next clip's (same epoch, later orders), and the next
+    clip's seq starts anew: no restart, gap or stale frame."""
     tracker = SourceTracker(idle_evict_s=60)
     last = frame("a", 7)
     tracker.admit(frame("a", 6))
@@ -95,8 +98,14 @@ def test_end_of_stream_follows_the_last_frame_and_forgets_the_source() -> None:
     tracker.end(eos)
     assert (eos.epoch, eos.order) == (last.epoch, last.order + 1)
     assert tracker.stats().active_sources == 0
-    again = frame("a", 3)
-    assert tracker.admit(again) and again.epoch != last.epoch
+    clip = [frame("a", 3), frame("a", 4)]
+    assert all(tracker.admit(f) for f in clip)
+    assert [(f.epoch, f.order) for f in clip] == [(last.epoch, 3), (last.epoch, 4)]
+    stats = tracker.stats()
+    assert (stats.restarts, stats.seq_gaps, stats.stale, stats.active_sources) == (0, 0, 0, 1)
+    assert tracker.evict_idle(now_ns=time.monotonic_ns() + 61 * 10**9) == ["a"]
+    again = frame("a", 0)
+    assert tracker.admit(again) and again.epoch != last.epoch and again.order == 0
 
 
 def test_idle_sources_are_evicted() -> None:
@@ -125,10 +134,14 @@ def test_a_refused_header_takes_its_place_but_moves_no_sequence_state() -> None:
     assert (stats.seq_gaps, stats.stale, stats.restarts) == (0, 0, 0)
 
 
-def test_a_refused_header_opens_no_stream() -> None:
+def test_a_refused_header_first_takes_its_place_and_sets_no_seq() -> None:
+    """A source's first frame refused: its error result is published before the source's
+    next frames (order 0), and the next frame's seq is the first trusted one."""
     tracker = SourceTracker(idle_evict_s=60)
     first = refused("a", 2**53)
-    assert tracker.admit(first) and first.order == -1
-    assert tracker.stats().active_sources == 0
+    assert tracker.admit(first) and first.order == 0
     after = frame("a", 5)
-    assert tracker.admit(after) and after.order == 0 and tracker.stats().seq_gaps == 0
+    assert tracker.admit(after) and (after.epoch, after.order) == (first.epoch, 1)
+    stats = tracker.stats()
+    assert (stats.seq_gaps, stats.restarts, stats.stale) == (0, 0, 0)
+    assert tracker.admit(frame("a", 6)) and tracker.stats().seq_gaps == 0
