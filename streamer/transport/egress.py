@@ -24,7 +24,7 @@ import structlog
 import zmq
 
 from streamer.config import EgressConfig
-from streamer.errors import Reason
+from streamer.errors import FrameError, Reason
 from streamer.frames import STOP, Batch, EndOfStream, Frame, OutcomeCounts
 from streamer.lifecycle import Worker
 from streamer.transport.endpoints import EGRESS_TYPES, Endpoint, parse_endpoint
@@ -161,7 +161,7 @@ class Egress(Worker):
 
     def _publish(self, frame: Frame) -> None:
         done_ns = time.monotonic_ns()
-        sent = self._send(encode_result(frame, done_ns))
+        sent = self._send(_encoded(frame, done_ns))
         if not sent:
             self._counts.dropped(Reason.EGRESS_BLOCKED)
         elif frame.error is not None:
@@ -202,3 +202,16 @@ class Egress(Worker):
                 send_timeout_ms=_PUSH_SEND_TIMEOUT_MS,
                 detail="no reader took a result; results it has no room for are dropped",
             )
+
+
+def _encoded(frame: Frame, done_ns: int) -> list[bytes]:
+    """The frame's result message; an error result (``postprocess_failed``, without its
+    results and meta) when those cannot be encoded as JSON, so one bad result never stops
+    egress."""
+    try:
+        return encode_result(frame, done_ns)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        _log.error("result_unencodable", source=frame.source, seq=frame.seq, error=str(exc))
+        frame.results, frame.meta = {}, None
+        frame.fail(FrameError(Reason.POSTPROCESS_FAILED, f"result is not JSON: {exc}"))
+        return encode_result(frame, done_ns)

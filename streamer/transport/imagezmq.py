@@ -27,7 +27,12 @@ from typing import Any
 
 from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
-from streamer.transport.protocol import MAX_HEADER_BYTES, load_json
+from streamer.transport.protocol import (
+    MAX_HEADER_BYTES,
+    MAX_META_DEPTH,
+    load_json,
+    nested_deeper_than,
+)
 
 __all__ = ["MAX_TRACKED_SOURCES", "ImagezmqReader", "encode_reply"]
 
@@ -107,6 +112,9 @@ def _metadata(parts: Sequence[memoryview]) -> dict[str, Any]:
     fields = load_json(bytes(parts[0]), "imagezmq metadata")
     if not isinstance(fields, dict):
         raise FrameError(Reason.BAD_HEADER, "imagezmq metadata is not a JSON object")
+    if nested_deeper_than(fields, MAX_META_DEPTH):  # its msg is echoed as meta.msg
+        detail = f"imagezmq metadata is nested deeper than {MAX_META_DEPTH} levels"
+        raise FrameError(Reason.BAD_HEADER, detail)
     return fields
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "encode_result",
     "dump_json",
     "load_json",
+    "nested_deeper_than",
     "parse_header",
     "read_message",
     "source_of_unparsable",
@@ -52,6 +53,9 @@ COLORS = ("bgr", "rgb", "gray")
 MAX_HEADER_BYTES = 64 * 1024
 MAX_SEQ = 2**53 - 1
 """The largest ``seq``: every JSON consumer (JavaScript's doubles included) reads it exactly."""
+MAX_META_DEPTH = 32
+"""Deepest nesting of objects and arrays in an echoed ``meta`` (``{}`` is 1): results must
+stay encodable (orjson refuses more than 254 levels) and cheap to walk for any consumer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +137,22 @@ def parse_header(raw: bytes | memoryview) -> Header:
     meta = obj.get("meta")
     if meta is not None and not isinstance(meta, dict):
         raise _bad("`meta` must be a JSON object")
+    if meta and nested_deeper_than(meta, MAX_META_DEPTH):
+        raise _bad(f"`meta` is nested deeper than {MAX_META_DEPTH} levels")
     return Header(source, seq, encoding, None if ts is None else float(ts), meta, eos, obj)
+
+
+def nested_deeper_than(value: Any, levels: int) -> bool:
+    """Whether the JSON ``value`` nests objects and arrays more than ``levels`` deep (a
+    scalar is 0 deep, ``{}`` and ``[1]`` are 1)."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > levels:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def source_of_unparsable(raw: bytes | memoryview) -> tuple[str, int]:

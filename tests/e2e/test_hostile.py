@@ -84,6 +84,11 @@ def hostile_cases(image: np.ndarray) -> list[tuple[str, list[Any], str | None]]:
     huge_png = bytearray(png(image[:8, :8]))
     huge_png[16:24] = struct.pack(">II", 30000, 30000)
     header, _ = frame("one-part", jpeg, "jpeg")
+    deep_meta: Any = []
+    for _ in range(300):  # results echo meta; orjson writes at most 254 levels
+        deep_meta = [deep_meta]
+    deep_header = {"v": 1, "source": "deep-meta", "seq": 0, "encoding": "jpeg"}
+    deep_header["meta"] = {"d": deep_meta}
     return [
         ("jpeg-without-eoi", frame("jpeg-without-eoi", jpeg[:-2], "jpeg"), "decode_failed"),
         ("jpeg-1000-bytes", frame("jpeg-1000-bytes", jpeg[:1000], "jpeg"), "decode_failed"),
@@ -103,6 +108,7 @@ def hostile_cases(image: np.ndarray) -> list[tuple[str, list[Any], str | None]]:
             "too_large",
         ),
         ("one-part", [header], "bad_header"),
+        ("deep-meta", [json.dumps(deep_header).encode(), jpeg], "bad_header"),
         ("three-part", [*frame("three-part", jpeg, "jpeg"), b"extra"], "bad_header"),
         ("", [b"{not json", jpeg], "bad_header"),
         ("raw-mismatch", raw("raw-mismatch", gray, "bgr", lie_shape(480, 640, 3)), "decode_failed"),
@@ -134,7 +140,7 @@ def test_hostile_inputs_fail_alone(start_daemon: Any, connect: Any, astronaut: n
     assert daemon.stop() == 0
     final = daemon.final_counts()
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]
-    assert final["failed_by_reason"] == {"decode_failed": 5, "too_large": 3, "bad_header": 3}
+    assert final["failed_by_reason"] == {"decode_failed": 5, "too_large": 3, "bad_header": 4}
 
 
 def test_a_refused_seq_does_not_block_its_source(

@@ -92,3 +92,29 @@ def test_nothing_is_sent_or_counted_after_an_abort(context: zmq.Context[Any]) ->
     finally:
         egress.teardown()
     assert counts.snapshot().published == 0
+
+
+def test_a_result_that_cannot_be_encoded_fails_alone(context: zmq.Context[Any]) -> None:
+    """A result JSON cannot express (e.g. a plug-in postprocessor's object) becomes an error
+    result; egress, and the results after it, go on."""
+    pub = free_port()
+    egress, inbox, counts, _ = make_egress(context, [f"pub+bind:tcp://127.0.0.1:{pub}"])
+    egress.launch(10)
+    subscriber = context.socket(zmq.SUB)
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+    subscriber.connect(f"tcp://127.0.0.1:{pub}")
+    time.sleep(0.3)  # the subscription reaches the PUB (ZeroMQ's slow joiner)
+    batch = frames(3)
+    batch[1].results = {"detections": object()}
+    inbox.put(Batch(batch))
+    results = []
+    while len(results) < 3 and subscriber.poll(10_000):
+        results.append(json.loads(subscriber.recv_multipart()[1]))
+    inbox.put(STOP)
+    egress.join(10)
+    subscriber.close(linger=0)
+    assert [r["seq"] for r in results] == [0, 1, 2]
+    assert results[1]["error"]["reason"] == "postprocess_failed"
+    assert "detections" not in results[1] and results[0]["error"] is None
+    snapshot = counts.snapshot()
+    assert snapshot.published == 2 and snapshot.failed == {"postprocess_failed": 1}

@@ -81,6 +81,16 @@ def test_fixed_source_keeps_msg_in_meta(wire: Send) -> None:
     ]
 
 
+def test_a_msg_too_deep_to_echo_is_bad_header(wire: Send) -> None:
+    """imagezmq's send_jpg takes any JSON as its msg; a fixed source echoes it in meta."""
+    deep: Any = "x"
+    for _ in range(300):
+        deep = [deep]
+    frame = ImagezmqReader("porch").read(wire(lambda s: s.send_jpg(deep, b"\xff\xd8")), 1, 2.0)
+    assert frame.error is not None and frame.error.reason == Reason.BAD_HEADER
+    assert "nested deeper than 32 levels" in frame.error.detail and frame.meta is None
+
+
 def test_seq_is_per_source_and_memory_is_bounded(wire: Send) -> None:
     reader = ImagezmqReader(None)
     parts = wire(lambda s: s.send_jpg("a", b"\xff\xd8"))

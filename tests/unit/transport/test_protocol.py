@@ -1,4 +1,5 @@
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -6,11 +7,13 @@ import pytest
 from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
 from streamer.transport.protocol import (
+    MAX_META_DEPTH,
     encode_ack,
     encode_eos,
     encode_eos_result,
     encode_frame,
     encode_result,
+    nested_deeper_than,
     parse_header,
     read_message,
     source_of_unparsable,
@@ -53,6 +56,33 @@ def test_bad_headers_are_bad_header(raw: bytes) -> None:
     with pytest.raises(FrameError) as info:
         parse_header(raw)
     assert info.value.reason == Reason.BAD_HEADER
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """A meta object ``levels`` deep: ``{"d": [[...]]}``."""
+    value: Any = []
+    for _ in range(levels - 2):
+        value = [value]
+    return {"d": value}
+
+
+def test_meta_nested_deeper_than_the_limit_is_bad_header() -> None:
+    """A producer's meta is echoed in its result: 254 levels made the result unencodable and
+    stopped the daemon (orjson refuses to write more than 254; it reads 1024)."""
+    fits = encode_frame("cam", 0, b"jpeg", encoding="jpeg", meta=nested(MAX_META_DEPTH))
+    assert parse_header(fits[0]).meta == nested(MAX_META_DEPTH)
+    header = {"v": 1, "source": "cam", "seq": 0, "encoding": "jpeg"}
+    for levels in (MAX_META_DEPTH + 1, 300):
+        deep = json.dumps({**header, "meta": nested(levels)}).encode()
+        with pytest.raises(FrameError, match="nested deeper than 32 levels") as info:
+            parse_header(deep)
+        assert info.value.reason == Reason.BAD_HEADER
+
+
+def test_nested_deeper_than_counts_containers() -> None:
+    assert not nested_deeper_than(7, 0) and not nested_deeper_than({}, 1)
+    assert nested_deeper_than({}, 0) and nested_deeper_than({"a": [1]}, 1)
+    assert not nested_deeper_than({"a": [1], "b": {"c": "d"}}, 2)
 
 
 def test_source_of_unparsable_is_best_effort() -> None:
