@@ -11,7 +11,9 @@
   PipelineMetrics`.
 
 The server is the standard library's threading HTTP server on its own thread; each request
-runs on a short-lived thread with a socket timeout, so a slow client cannot block a probe.
+runs on a short-lived thread with a socket timeout, so a slow client cannot block a probe,
+and those threads are not waited for at stop, so a client that trickles its request (each
+line within the timeout) cannot hold the daemon's exit either.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ class _Handler(MetricsHandler):
 
 
 class _Server(ThreadingHTTPServer):
-    daemon_threads = False  # request threads are joined at close (bounded by their timeout)
+    daemon_threads = True
 
 
 class _Server6(_Server):
@@ -210,7 +212,8 @@ class HealthServer(Worker):
             self._server.server_close()
 
     def stop(self) -> None:
-        """Stop serving, wait for requests in progress, close the socket; idempotent."""
+        """Stop serving and close the listening socket (requests in progress are not waited
+        for); idempotent."""
         if self._server is not None and self.is_alive():
             self._server.shutdown()
         if self.ident is not None:

@@ -173,7 +173,9 @@ class PipelineMetrics:
     """
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        # Collectors that cannot name their series up front (the process, platform and
+        # pipeline collectors) still answer a ``name[]``-filtered scrape.
+        self.registry = CollectorRegistry(support_collectors_without_names=True)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         self._batch_size = Histogram(

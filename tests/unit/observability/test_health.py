@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter
 from streamer.errors import StreamerError
 from streamer.lifecycle import Status
 from streamer.observability.health import LOOP_STALE_S, HealthServer, HealthState
+from streamer.observability.metrics import PipelineMetrics
 
 
 def test_ready_only_while_running_unstalled_and_not_failed() -> None:
@@ -100,6 +102,40 @@ def test_the_endpoints(server: tuple[HealthServer, HealthState]) -> None:
     assert "demo_things_total 3.0" in body
     code, _, body = get(base + "/nothing")
     assert code == 404 and json.loads(body)["paths"] == ["/healthz", "/readyz", "/metrics"]
+
+
+def test_a_name_filtered_scrape_has_the_process_series() -> None:
+    """``name[]`` filters reach collectors that cannot name their series up front."""
+    metrics = PipelineMetrics()
+    server = HealthServer("127.0.0.1", 0, HealthState(), metrics.registry)
+    server.launch(5)
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics?name[]=process_cpu_seconds_total"
+        _, _, body = get(url)
+    finally:
+        server.stop()
+    series = [line for line in body.splitlines() if not line.startswith("#")]
+    assert len(series) == 1 and series[0].startswith("process_cpu_seconds_total ")
+
+
+def test_a_client_trickling_its_request_does_not_hold_the_stop(
+    server: tuple[HealthServer, HealthState],
+) -> None:
+    """Each header line within the request timeout kept a request thread alive, and the
+    stop waited for it: up to 100 lines, minutes past systemd's TimeoutStopSec."""
+    http, _ = server
+    stopped = threading.Event()
+    with socket.create_connection(("127.0.0.1", http.port)) as slow:
+        slow.sendall(b"GET /metrics HTTP/1.1\r\n")
+        time.sleep(0.2)  # the request thread is reading the headers
+        stopper = threading.Thread(target=lambda: (http.stop(), stopped.set()))
+        stopper.start()
+        for line in range(100):  # a line well within the 5 s timeout, until the stop ends
+            if stopped.wait(1.0):
+                break
+            slow.sendall(f"X-Slow-{line}: 1\r\n".encode())
+        assert stopped.is_set()
+    stopper.join()
 
 
 def test_an_address_in_use_fails_the_launch(server: tuple[HealthServer, HealthState]) -> None:
