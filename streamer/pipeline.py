@@ -46,7 +46,7 @@ from streamer.scheduling.swap import retire
 from streamer.transport.egress import Egress
 from streamer.transport.endpoints import check_endpoints
 from streamer.transport.ingress import Ingress, widest_limits
-from streamer.transport.security import CurveAuthenticator, start_authenticator
+from streamer.transport.security import CurveAuthenticator, check_curve_keys, start_authenticator
 from streamer.vision.decode import DecodeLimits, decode_image, decode_jpeg_reduced
 from streamer.vision.opencv import configure_opencv
 from streamer.vision.preprocess import Letterbox
@@ -193,6 +193,7 @@ class Pipeline:
             ConfigError, ModelError, BackendError: what was loaded is released first.
         """
         check_endpoints(config.ingress, config.egress)
+        check_curve_keys(config.ingress, config.egress)
         backend = open_backend(config.runtime)
         try:
             stages = load_chain(backend, config)

@@ -43,6 +43,7 @@ __all__ = [
     "CurveAuthenticator",
     "CurveServer",
     "HandshakeMonitor",
+    "check_curve_keys",
     "start_authenticator",
     "write_key_pair",
     "zap_domain",
@@ -158,10 +159,7 @@ class ClientKeys:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        try:
-            self._allowed = frozenset(zmq.auth.load_certificates(directory))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"curve_clients_dir {directory}: {exc}") from exc
+        self._allowed = _client_keys(directory)
         self._logged: set[bytes] = set()
         if not self._allowed:
             _log.warning("curve_no_clients", clients_dir=str(directory))
@@ -180,6 +178,36 @@ class ClientKeys:
                 clients_dir=str(self.directory),
             )
         return False
+
+
+def _client_keys(directory: Path) -> frozenset[bytes]:
+    """The Z85 public keys of the ``*.key`` files in ``directory``.
+
+    Raises:
+        ConfigError: the directory cannot be read or holds a malformed key file.
+    """
+    try:
+        return frozenset(zmq.auth.load_certificates(directory))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"curve_clients_dir {directory}: {exc}") from exc
+
+
+def check_curve_keys(ingress: Iterable[IngressConfig], egress: Iterable[EgressConfig]) -> None:
+    """Read every socket's CURVE key pair and clients directory, so that a bad key file is a
+    config error (``streamer check``, exit 2 at start) before anything starts.
+
+    Raises:
+        ConfigError: as :meth:`CurveServer.from_config` and :class:`ClientKeys` do.
+    """
+    sockets: list[tuple[str, SocketConfig]] = [(f"ingress {c.name}", c) for c in ingress]
+    sockets += [(f"egress {c.name}", c) for c in egress]
+    for where, config in sockets:
+        if CurveServer.from_config(config, where) is not None:
+            assert config.curve_clients_dir is not None
+            try:
+                _client_keys(config.curve_clients_dir)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
 
 
 class CurveAuthenticator:

@@ -13,13 +13,16 @@ from typing import Any
 import pytest
 import zmq
 import zmq.auth
+from click.testing import CliRunner
 from structlog.testing import capture_logs
 
+from streamer.cli import main
 from streamer.config import EgressConfig, IngressConfig
 from streamer.errors import ConfigError
 from streamer.transport.security import (
     CurveServer,
     HandshakeMonitor,
+    check_curve_keys,
     start_authenticator,
     write_key_pair,
 )
@@ -175,6 +178,41 @@ def test_malformed_key_files_are_config_errors(
     (keys["clients"] / "broken.key").write_text("not a key\n")
     with pytest.raises(ConfigError, match="curve_clients_dir"):
         start_authenticator(context, [_config(keys)])
+
+
+@pytest.mark.parametrize("content", ["", "not a key\n", "public"])
+def test_streamer_check_refuses_a_bad_server_key_file(
+    keys: dict[str, Path], tmp_path: Path, content: str
+) -> None:
+    """Found by ``check`` (exit 2, the unit's RestartPreventExitStatus), not at start (exit
+    1: systemd restarted the daemon every 5 s, forever)."""
+    bad = keys["public"] if content == "public" else tmp_path / "bad.key_secret"
+    if content != "public":
+        bad.write_text(content)
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[[ingress]]\nuri = "pull+bind:tcp://127.0.0.1:5555"\n'
+        f'curve_secret_key_file = "{bad}"\ncurve_clients_dir = "{keys["clients"]}"\n'
+        '[[egress]]\nuri = "pub+bind:tcp://127.0.0.1:5556"\n'
+        '[[models]]\nname = "face"\npath = "missing.onnx"\n'
+        'preprocess = { kind = "letterbox" }\npostprocess = { kind = "blazeface" }\n'
+    )
+    result = CliRunner().invoke(main, ["check", "--config", str(config)])
+    assert result.exit_code == 2, result.output
+    assert f"ingress ingress: curve_secret_key_file {bad}" in result.output
+
+
+def test_check_curve_keys_reads_the_clients_dir_of_each_socket(keys: dict[str, Path]) -> None:
+    check_curve_keys([_config(keys)], [])
+    (keys["clients"] / "broken.key").write_text("not a key\n")
+    egress = EgressConfig(
+        name="out",
+        uri="pub+bind:tcp://127.0.0.1:1",
+        curve_secret_key_file=keys["secret"],
+        curve_clients_dir=keys["clients"],
+    )
+    with pytest.raises(ConfigError, match="egress out: curve_clients_dir .*clients"):
+        check_curve_keys([], [egress])
 
 
 def test_keygen_tool(tmp_path: Path) -> None:
