@@ -38,6 +38,8 @@ nothing, counts no gap and is never stale, so the frames after it are judged aga
 trusted ``seq``.
 
 A source unseen for ``idle_evict_s`` is forgotten (its next frame starts a new epoch).
+``source_restarted`` and ``source_evicted`` are logged at most 10 times per 10 s each
+(:class:`~streamer.log_budget.LogBudget`); the counters count every one.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ import structlog
 
 from streamer.errors import Reason
 from streamer.frames import EndOfStream, Frame
+from streamer.log_budget import LogBudget
 
 __all__ = ["MAX_DROPOUT", "MAX_MISORDER", "SourceStats", "SourceTracker"]
 
@@ -97,6 +100,7 @@ class SourceTracker:
         self._streams: dict[str, _Stream] = {}
         self._epochs = itertools.count()
         self._gaps = self._stale = self._restarts = 0
+        self._restart_lines, self._evict_lines = LogBudget(), LogBudget()
 
     def admit(self, frame: Frame) -> bool:
         """Check ``frame.seq``, and set ``frame.epoch`` and ``frame.order`` if accepted.
@@ -119,9 +123,14 @@ class SourceTracker:
                 pass
             elif _restarts(frame.seq, last, stream.restart_probe):
                 self._restarts += 1
-                _log.info(
-                    "source_restarted", source=frame.source, last_seq=stream.last_seq, seq=frame.seq
-                )
+                if (suppressed := self._restart_lines.take()) is not None:
+                    _log.info(
+                        "source_restarted",
+                        source=frame.source,
+                        last_seq=last,
+                        seq=frame.seq,
+                        suppressed=suppressed,
+                    )
             elif frame.seq <= last:
                 self._stale += 1
                 far = last - frame.seq >= MAX_MISORDER
@@ -155,8 +164,9 @@ class SourceTracker:
             for source in idle:
                 del self._streams[source]
         for source, ended in idle.items():
-            if not ended:  # a source that said goodbye is no news
-                _log.info("source_evicted", source=source)
+            # A source that said goodbye is no news.
+            if not ended and (suppressed := self._evict_lines.take()) is not None:
+                _log.info("source_evicted", source=source, suppressed=suppressed)
         return list(idle)
 
     def stats(self) -> SourceStats:

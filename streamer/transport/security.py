@@ -10,7 +10,9 @@ each clients directory is one ZAP domain. Key files are the ones ``zmq.auth`` wr
 (``tools/keygen.py``): ``NAME.key`` (public) and ``NAME.key_secret`` (both keys).
 
 A refused peer gets nothing through, and is logged once: ``curve_client_denied`` with its
-public key, the first time a key is refused for a directory; ``curve_handshake_failed`` the
+public key, the first time a key is refused for a directory (at most 10 lines per 10 s, the
+next one counting those left out: a client with a new key per connection cannot flood the
+journal); ``curve_handshake_failed`` the
 first time a socket sees a kind of failed handshake (a peer without CURVE, one using another
 server key, or a socket error mid-handshake), from the socket's monitor
 (:class:`HandshakeMonitor`). CURVE sockets fail closed (``ZAP_ENFORCE_DOMAIN``): without the
@@ -36,6 +38,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from streamer.config import EgressConfig, IngressConfig
 from streamer.errors import ConfigError
+from streamer.log_budget import LogBudget
 
 __all__ = [
     "MAX_LOGGED_KEYS",
@@ -160,6 +163,7 @@ class ClientKeys:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._allowed = _client_keys(directory)
+        self._budget = LogBudget()
         self._logged: set[bytes] = set()
         if not self._allowed:
             _log.warning("curve_no_clients", clients_dir=str(directory))
@@ -172,11 +176,14 @@ class ClientKeys:
             if len(self._logged) >= MAX_LOGGED_KEYS:
                 self._logged.clear()
             self._logged.add(key)
-            _log.warning(
-                "curve_client_denied",
-                client_key=key.decode("ascii", "replace"),
-                clients_dir=str(self.directory),
-            )
+            suppressed = self._budget.take()
+            if suppressed is not None:
+                _log.warning(
+                    "curve_client_denied",
+                    client_key=key.decode("ascii", "replace"),
+                    clients_dir=str(self.directory),
+                    suppressed=suppressed,
+                )
         return False
 
 

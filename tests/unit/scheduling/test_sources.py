@@ -1,5 +1,7 @@
 import time
 
+from structlog.testing import capture_logs
+
 from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
 from streamer.scheduling.sources import MAX_DROPOUT, MAX_MISORDER, SourceTracker
@@ -28,6 +30,15 @@ def test_a_restart_at_zero_keeps_the_arrival_order() -> None:
     assert again.epoch == first.epoch and (again.order, next_.order) == (2, 3)
     stats = tracker.stats()
     assert (stats.restarts, stats.seq_gaps, stats.stale) == (1, 0, 0)
+
+
+def test_a_producer_restarting_on_every_frame_cannot_flood_the_log() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    with capture_logs() as logs:
+        for _ in range(1000):
+            assert tracker.admit(frame("a", 0))
+    assert tracker.stats().restarts == 999
+    assert [e["event"] for e in logs] == ["source_restarted"] * 10
 
 
 def test_a_zero_right_after_a_zero_is_a_restart() -> None:

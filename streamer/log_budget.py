@@ -1,0 +1,46 @@
+"""A budget for log lines that peers can multiply (one per source, per key, per frame).
+
+A producer restarting on every frame, thousands of short-lived sources, or a client trying a
+new CURVE key on every connection would each put a line in the journal per occurrence, and
+journald's rate limit would then drop the daemon's other messages. Such an event passes
+:meth:`LogBudget.take` at most ``lines`` times per ``interval_s``; the next line that passes
+says how many were left out in between (``suppressed``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+__all__ = ["LogBudget"]
+
+
+class LogBudget:
+    """At most ``lines`` log lines of one event per ``interval_s``; thread-safe.
+
+    Args:
+        lines: lines that pass per interval.
+        interval_s: the interval (s, monotonic clock).
+    """
+
+    def __init__(self, lines: int = 10, interval_s: float = 10.0) -> None:
+        self._lines = lines
+        self._interval_ns = int(interval_s * 1e9)
+        self._lock = threading.Lock()
+        self._window_start_ns = -self._interval_ns
+        self._passed = 0
+        self._suppressed = 0
+
+    def take(self, now_ns: int | None = None) -> int | None:
+        """Whether a line may be logged now: None if not (it is counted), else the number
+        of lines left out since the last one that passed (log it as ``suppressed``)."""
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        with self._lock:
+            if now_ns - self._window_start_ns >= self._interval_ns:
+                self._window_start_ns, self._passed = now_ns, 0
+            if self._passed >= self._lines:
+                self._suppressed += 1
+                return None
+            self._passed += 1
+            suppressed, self._suppressed = self._suppressed, 0
+            return suppressed
