@@ -3,11 +3,13 @@
 Each finished frame is encoded once (:func:`~streamer.transport.protocol.encode_result`)
 and sent on every ``[[egress]]`` socket; it is then counted as published, or as failed by
 its error's reason. PUB sockets drop for slow subscribers at their high-water mark (ZeroMQ's
-rule). A PUSH socket waits at most ``SNDTIMEO`` (1 s) for a reader to take a result; when
-that runs out it is *stalled*: it is then sent to without waiting, so results it has no room
-for are dropped on it while the other sockets go on at full speed, until it takes one again
-(both logged once). A frame that could be sent nowhere is counted as dropped
-(``egress_blocked``). Once the pipeline gives up draining, nothing more is sent or counted
+rule). A PUSH socket that is the only egress socket waits at most ``SNDTIMEO`` (1 s) for a
+reader to take a result (back-pressure rather than loss); when that runs out it is
+*stalled*: it is then sent to without waiting, results it has no room for dropped on it,
+until it takes one again. Beside other sockets a PUSH socket is never waited for (a slow
+reader would hold every socket up): what it has no room for is dropped on it. Stalls and
+resumptions are logged, at most 2 lines per 10 s per socket, with the results dropped on it
+so far. A frame that could be sent nowhere is counted as dropped (``egress_blocked``). Once the pipeline gives up draining, nothing more is sent or counted
 (the frames left are the pipeline's ``shutdown`` drops). A socket
 with CURVE settings is a CURVE server (:mod:`streamer.transport.security`); its failed
 handshakes are read from its monitor on the periodic tick and logged once per kind.
@@ -27,6 +29,7 @@ from streamer.config import EgressConfig
 from streamer.errors import FrameError, Reason
 from streamer.frames import STOP, Batch, EndOfStream, Frame, OutcomeCounts
 from streamer.lifecycle import Worker
+from streamer.log_budget import LogBudget
 from streamer.transport.endpoints import EGRESS_TYPES, Endpoint, parse_endpoint
 from streamer.transport.protocol import encode_eos_result, encode_result
 from streamer.transport.security import CurveServer, HandshakeMonitor
@@ -101,7 +104,10 @@ class Egress(Worker):
         self._abort = abort
         self._metrics = metrics
         self._sockets: list[zmq.Socket[bytes]] = []
+        self._waits = [e.kind == "push" and len(configs) == 1 for e in self.endpoints]
         self._stalled = [False] * len(configs)
+        self._dropped = [0] * len(configs)
+        self._state_lines = [LogBudget(lines=2) for _ in configs]
 
     def setup(self) -> None:
         for config, endpoint, curve in zip(
@@ -111,7 +117,7 @@ class Egress(Worker):
             self._sockets.append(socket)
             socket.setsockopt(zmq.LINGER, _LINGER_MS)
             socket.setsockopt(zmq.SNDHWM, config.hwm)
-            if endpoint.kind == "push":
+            if endpoint.kind == "push":  # a send that may wait, waits this long at most
                 socket.setsockopt(zmq.SNDTIMEO, _PUSH_SEND_TIMEOUT_MS)
             if curve is not None:
                 curve.apply(socket)
@@ -172,15 +178,15 @@ class Egress(Worker):
             self._metrics.observe_sent(frame, done_ns)
 
     def _send(self, parts: list[bytes]) -> bool:
-        """Send a ``[topic, json]`` result on every socket, without waiting on a stalled one;
-        whether any took it.
+        """Send a ``[topic, json]`` result on every socket, waiting only on a lone PUSH
+        socket that is not stalled; whether any took it.
 
         Two ``send`` calls instead of ``send_multipart``, which checks each part's type
         first and costs twice as much per result."""
         topic, body = parts
         sent = False
         for index, socket in enumerate(self._sockets):
-            flags = zmq.NOBLOCK if self._stalled[index] else 0
+            flags = 0 if self._waits[index] and not self._stalled[index] else zmq.NOBLOCK
             try:
                 socket.send(topic, zmq.SNDMORE | flags)
                 socket.send(body, flags)
@@ -189,19 +195,22 @@ class Egress(Worker):
                 continue
             if self._stalled[index]:
                 self._stalled[index] = False
-                _log.info("egress_resumed", egress=self._configs[index].name)
+                self._log_state(index, _log.info, "egress_resumed")
             sent = True
         return sent
 
     def _stall(self, index: int) -> None:
+        self._dropped[index] += 1
         if not self._stalled[index]:
             self._stalled[index] = True
-            _log.warning(
-                "egress_stalled",
-                egress=self._configs[index].name,
-                send_timeout_ms=_PUSH_SEND_TIMEOUT_MS,
-                detail="no reader took a result; results it has no room for are dropped",
-            )
+            detail = "no reader took a result; results it has no room for are dropped"
+            self._log_state(index, _log.warning, "egress_stalled", detail=detail)
+
+    def _log_state(self, index: int, log: Any, event: str, **fields: Any) -> None:
+        suppressed = self._state_lines[index].take()
+        if suppressed is not None:
+            name = self._configs[index].name
+            log(event, egress=name, dropped=self._dropped[index], suppressed=suppressed, **fields)
 
 
 def _encoded(frame: Frame, done_ns: int) -> list[bytes]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import zmq
+from structlog.testing import capture_logs
 
 from streamer.bench.bench_config import free_port
 from streamer.config import EgressConfig
@@ -58,7 +59,7 @@ def receive(subscriber: zmq.Socket[Any], count: int, within_s: float) -> list[in
     return seqs
 
 
-def test_a_push_socket_nobody_reads_stalls_once_and_the_pub_gets_every_result(
+def test_a_push_socket_nobody_reads_holds_up_no_result_of_the_pub(
     context: zmq.Context[Any],
 ) -> None:
     pub, push = free_port(), free_port()
@@ -70,16 +71,66 @@ def test_a_push_socket_nobody_reads_stalls_once_and_the_pub_gets_every_result(
     subscriber.setsockopt(zmq.SUBSCRIBE, b"")
     subscriber.connect(f"tcp://127.0.0.1:{pub}")
     time.sleep(0.3)  # the subscription reaches the PUB (ZeroMQ's slow joiner)
-    inbox.put(Batch(frames(_FRAMES)))
-    seqs = receive(subscriber, _FRAMES, within_s=10.0)
+    with capture_logs() as logs:
+        inbox.put(Batch(frames(_FRAMES)))
+        seqs = receive(subscriber, _FRAMES, within_s=10.0)
+        inbox.put(STOP)
+        egress.join(10)
+    subscriber.close(linger=0)
+    assert not egress.is_alive()
+    assert seqs == list(range(_FRAMES))
+    assert counts.snapshot().published == _FRAMES
+    stalled = [e for e in logs if e["event"] == "egress_stalled"]
+    assert len(stalled) == 1 and stalled[0]["egress"] == "out1" and stalled[0]["dropped"] == 1
+
+
+def test_a_slow_push_reader_beside_a_pub_slows_only_itself(context: zmq.Context[Any]) -> None:
+    """A PUSH reader taking a result every 20 ms made every send wait for it (1 s at most
+    each), holding the PUB's subscribers up as much."""
+    pub, push = free_port(), free_port()
+    configs = (
+        EgressConfig(name="pub", uri=f"pub+bind:tcp://127.0.0.1:{pub}"),
+        EgressConfig(name="push", uri=f"push+bind:tcp://127.0.0.1:{push}", hwm=2),
+    )
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    counts = OutcomeCounts()
+    reorder = ReorderBuffer(window=64, timeout_s=1.0, idle_evict_s=60.0)
+    egress = Egress(configs, context, inbox, reorder, counts, threading.Event())
+    egress.launch(10)
+    subscriber = context.socket(zmq.SUB)
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+    subscriber.connect(f"tcp://127.0.0.1:{pub}")
+    reader = context.socket(zmq.PULL)
+    reader.setsockopt(zmq.RCVHWM, 1)
+    reader.connect(f"tcp://127.0.0.1:{push}")
+    time.sleep(0.3)  # both connected, the subscription at the PUB
+    read = 0
+    done = threading.Event()
+
+    def read_slowly() -> None:
+        nonlocal read
+        while not done.is_set():
+            if reader.poll(20):
+                reader.recv_multipart()
+                read += 1
+            time.sleep(0.02)
+
+    slow = threading.Thread(target=read_slowly)
+    slow.start()
+    batch = frames(200)
+    for frame in batch:  # big enough that the kernel's socket buffers hold only a few
+        frame.meta = {"padding": "x" * 100_000}
+    inbox.put(Batch(batch))
+    seqs = receive(subscriber, 200, within_s=30.0)
+    read_when_pub_done = read
+    done.set()
+    slow.join()
     inbox.put(STOP)
     egress.join(10)
     subscriber.close(linger=0)
-    assert not egress.is_alive()
-    # Only the first result waited for the PUSH socket's 1 s send timeout: with a timeout per
-    # result, half of them would still be on their way after 10 s.
-    assert seqs == list(range(_FRAMES))
-    assert counts.snapshot().published == _FRAMES
+    reader.close(linger=0)
+    assert seqs == list(range(200))
+    assert read_when_pub_done < 50  # the PUB did not wait for the PUSH reader
 
 
 def test_nothing_is_sent_or_counted_after_an_abort(context: zmq.Context[Any]) -> None:
