@@ -292,13 +292,31 @@ class Producer(Closing):
         self._bytes += size
         return size
 
-    def send_eos(self) -> None:
+    def send_eos(self, *, wait: bool = True) -> bool:
         """Send end-of-stream after the last frame sent (seq 0 when none was).
 
+        Args:
+            wait: wait up to ``send_timeout_s`` for the daemon to take it; False: only if it
+                takes it at once (after an interrupt, which should not wait).
+
+        Returns:
+            Whether it was sent (always True when ``wait``).
+
         Raises:
-            ClientError: no daemon took the message within ``send_timeout_s``.
+            ClientError: ``wait`` and no daemon took the message within ``send_timeout_s``.
         """
-        self._send(encode_eos(self.source, max(self._seq - 1, 0)))
+        parts = encode_eos(self.source, max(self._seq - 1, 0))
+        if wait:
+            self._send(parts)
+            return True
+        self._socket.setsockopt(zmq.SNDTIMEO, 0)
+        try:
+            self._send(parts)
+        except ClientError:
+            return False
+        finally:
+            self._socket.setsockopt(zmq.SNDTIMEO, round(self.send_timeout_s * 1000))
+        return True
 
     def close(self) -> int:
         """Wait at most ``close_timeout_s`` for every queued message to leave, then close the
@@ -326,6 +344,15 @@ class Producer(Closing):
         if not self._undelivered and self._own_context and time.monotonic() >= deadline_s:
             self._undelivered = 1
         return self._undelivered
+
+    def abort(self) -> int:
+        """Close at once, discarding the queued messages (after an interrupt); idempotent.
+
+        Returns:
+            :attr:`undelivered`, as for :meth:`close`.
+        """
+        self.close_timeout_s = 0.0
+        return self.close()
 
     def _end_context(self) -> None:
         """Terminate the producer's own context: returns once libzmq's threads have ended."""
@@ -418,7 +445,8 @@ def produce(
 ) -> ProducerStats:
     """Send every frame of ``media`` to a daemon, then end-of-stream.
 
-    End-of-stream is also sent when a KeyboardInterrupt stops the frames (it is re-raised).
+    When a KeyboardInterrupt stops the frames (it is re-raised), nothing waits: end-of-stream
+    is sent only if the daemon takes it at once, and frames still queued are discarded.
 
     Args:
         media: a :class:`MediaInput`, or anything :func:`open_input` resolves.
@@ -465,7 +493,8 @@ def produce(
                 if on_sent is not None:
                     on_sent(size)
         except KeyboardInterrupt:
-            producer.send_eos()
+            producer.send_eos(wait=False)
+            producer.abort()
             raise
         producer.send_eos()
     if producer.undelivered:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -209,6 +210,25 @@ def test_produce_tool_delivers_every_queued_frame_to_a_slow_receiver(
         assert [h.seq for h, _ in messages] == [*range(SLOW_FRAMES), SLOW_FRAMES - 1]
         assert messages[-1][0].eos and {h.source for h, _ in messages} == {f"run{run}"}
         assert f"sent {SLOW_FRAMES} frames".encode() in out
+
+
+def test_an_interrupted_produce_tool_does_not_wait_to_send_its_end_of_stream(
+    context: Context, sockets: list[Socket]
+) -> None:
+    """Ctrl-C while the daemon takes no more frames: neither the end of stream nor the
+    queued frames are waited for (it used to wait the send timeout, then blame the daemon,
+    and the close timeout)."""
+    pull, endpoint = _slow_pull(context, sockets)
+    command = [sys.executable, str(ROOT / "tools" / "produce.py"), "astronaut.png"]
+    command += ["--encoding", "raw", "--loop", "50", "--endpoint", endpoint]
+    command += ["--send-timeout", "120", "--close-timeout", "120", "--no-progress"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as tool:
+        assert pull.poll(60_000), "the tool sent nothing"  # its start-up, on a busy machine
+        time.sleep(0.5)  # its queue fills: it waits for room
+        tool.send_signal(signal.SIGINT)
+        out, err = tool.communicate(timeout=60)  # well before the send timeout
+    assert tool.returncode == 1
+    assert b"Aborted!" in err and b"no daemon took" not in err
 
 
 def test_producer_reports_the_frames_it_gave_up_on(context: Context, sockets: list[Socket]) -> None:
