@@ -9,10 +9,11 @@ reader to take a result (back-pressure rather than loss); when that runs out it 
 until it takes one again. Beside other sockets a PUSH socket is never waited for (a slow
 reader would hold every socket up): what it has no room for is dropped on it. Stalls and
 resumptions are logged, at most 2 lines per 10 s per socket, with the results dropped on it
-so far. A frame that could be sent nowhere is counted as dropped (``egress_blocked``). Once the pipeline gives up draining, nothing more is sent or counted
-(the frames left are the pipeline's ``shutdown`` drops). A socket
-with CURVE settings is a CURVE server (:mod:`streamer.transport.security`); its failed
-handshakes are read from its monitor on the periodic tick and logged once per kind.
+so far. A frame that could be sent nowhere is counted as dropped (``egress_blocked``). Once
+the pipeline gives up draining, nothing more is sent or counted (the frames left are the
+pipeline's ``shutdown`` drops). A socket with CURVE settings is a CURVE server
+(:mod:`streamer.transport.security`); its failed handshakes are read from its monitor on the
+periodic tick and logged once per kind.
 """
 
 from __future__ import annotations
