@@ -1,5 +1,5 @@
 """``python -m streamer``."""
 
-from streamer.cli import main
+from streamer.entry import main
 
 main()

@@ -43,6 +43,7 @@ from streamer.observability.progress import ProgressMonitor, status_line
 from streamer.observability.systemd import Notifier
 from streamer.pipeline import Pipeline
 from streamer.release import close_logged
+from streamer.signals import release_daemon_signals
 
 __all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_USAGE", "exit_daemon", "run_daemon"]
 
@@ -87,6 +88,7 @@ def _install_signal_handlers(requests: _Requests) -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGHUP, reload)
+    release_daemon_signals()  # those that came while `streamer run` started are handled now
 
 
 def exit_daemon(code: int) -> NoReturn:

@@ -257,3 +257,28 @@ def test_a_reload_cut_short_by_a_stop_is_logged(start_daemon: Any) -> None:
     daemon.close()
     events = [e.get("event") for e in daemon.logs]
     assert ("reload_skipped" in events) != ("reload_unchanged" in events)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_while_the_daemon_starts_is_a_normal_stop(
+    start_daemon: Any, signum: int
+) -> None:
+    """Sent at once, the signal comes while the libraries load, before the handlers are in
+    place: it was a traceback (SIGINT), an exit by the signal (SIGTERM) or an onnxruntime
+    that failed to initialise. It is held until the handlers are in place, then drains."""
+    daemon: Daemon = start_daemon(wait_ready=False)
+    status, deadline = Path(f"/proc/{daemon.process.pid}/status"), time.monotonic() + 60
+    while not int(_field(status, "SigBlk"), 16) & (1 << (signum - 1)):  # streamer.entry ran
+        assert time.monotonic() < deadline, "the daemon never held its signals"
+        time.sleep(0.001)
+    daemon.process.send_signal(signum)
+    assert daemon.stop(timeout_s=60) == 0
+    final = daemon.final_counts()
+    assert final["received"] == 0 and final["drained"] is True
+    assert not [e for e in daemon.logs if "Traceback" in str(e)]
+
+
+def _field(status: Path, name: str) -> str:
+    """A field of a /proc/PID/status file."""
+    line = next(x for x in status.read_text().splitlines() if x.startswith(f"{name}:"))
+    return line.split()[1]
