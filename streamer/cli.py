@@ -237,6 +237,9 @@ def models_sim_layout(config_path: Path, out_dir: Path, mode: str | None) -> Non
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
+    except OSError as exc:
+        click.echo(f"error: cannot write the layout in {out_dir}: {exc}", err=True)
+        sys.exit(EXIT_FATAL)
     for model in laid_out.models:
         assert model.path is not None
         manifest = json.loads(model.path.with_suffix(".acl.json").read_text())

