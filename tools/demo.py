@@ -46,7 +46,8 @@ class DaemonProcess:
         self.process = subprocess.Popen(
             [*command, "--log-format", "json"], stdout=subprocess.PIPE, text=True
         )
-        self.ready = threading.Event()
+        self.settled = threading.Event()  # ready, or its output ended (it exited)
+        self.is_ready = False
         self.last: dict[str, Any] = {}
         self._reader = threading.Thread(target=self._echo, name="daemon-log")
         self._reader.start()
@@ -64,7 +65,27 @@ class DaemonProcess:
             fields = " ".join(f"{k}={v}" for k, v in entry.items() if k not in skip)
             click.echo(f"daemon | {entry.get('event')} {fields}", err=True)
             if entry.get("event") == "ready":
-                self.ready.set()
+                self.is_ready = True
+                self.settled.set()
+        self.settled.set()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Return once the daemon is ready.
+
+        Raises:
+            click.ClickException: it exited first (with its last log line's error), or is
+                not ready after ``timeout_s``.
+        """
+        self.settled.wait(timeout_s)
+        if self.is_ready:
+            return
+        if self.settled.is_set():  # its output ended: it exited
+            error = self.last.get("error", self.last.get("event", "no output"))
+            raise click.ClickException(
+                f"the daemon stopped before it was ready: {error} (configs/default.toml uses"
+                " 127.0.0.1:5555, 5556 and 9555: is another process on one of them?)"
+            )
+        raise click.ClickException(f"the daemon was not ready after {timeout_s:g} s")
 
     def stop(self) -> int:
         if self.process.poll() is None:
@@ -129,8 +150,7 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     daemon = DaemonProcess(CONFIG)
     try:
-        if not daemon.ready.wait(60):
-            raise click.ClickException("the daemon did not become ready")
+        daemon.wait_ready(60)
         with Subscriber(EGRESS) as subscriber, (out / f"{SOURCE}.jsonl").open("w") as lines:
             _warm_up(subscriber)
             summary = _stream(subscriber, out, lines)
