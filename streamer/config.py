@@ -8,6 +8,7 @@ Pre- and post-processor parameters are free-form tables here; the plug-in regist
 from __future__ import annotations
 
 import datetime
+import difflib
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import pydantic_core
 from pydantic import (
@@ -52,6 +53,7 @@ __all__ = [
     "StageInput",
     "cache_dir",
     "load_config",
+    "error_lines",
     "validate_strict",
 ]
 
@@ -91,6 +93,44 @@ def validate_strict(model: type[_Model], table: Mapping[str, Any]) -> _Model:
     """
     data = json.dumps(table, default=pydantic_core.to_jsonable_python)
     return model.model_validate_json(data, strict=True)
+
+
+def error_lines(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[str]:
+    """One ``<prefix>.<key>: <problem>`` line per error of validating ``model``; an unknown
+    key's line lists the keys its table takes, and the closest one (a likely typo)."""
+    lines = []
+    for err in exc.errors():
+        loc = err["loc"]
+        key = ".".join([prefix, *map(str, loc)] if prefix else map(str, loc))
+        message = err["msg"]
+        if err["type"] == "extra_forbidden" and (table := _model_at(model, loc[:-1])):
+            message = _unknown_key(str(loc[-1]), sorted(table.model_fields))
+        lines.append(f"{key or '(top level)'}: {message}")
+    return lines
+
+
+def _unknown_key(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key (known: {', '.join(known)}){hint}"
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model of the table at ``loc`` (list indices skipped); None if not a plain one."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if current is not None else None
+        current = _model_in(field.annotation) if field is not None else None
+    return current
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model an annotation holds: itself, or inside an Optional, a tuple or a list."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for a in get_args(annotation) if (m := _model_in(a)) is not None), None)
 
 
 class _Strict(BaseModel):
@@ -606,13 +646,12 @@ def _format_errors(path: Path, exc: ValidationError) -> str:
     reported: pydantic adds one (``models: Tuple should have at least 1 item after
     validation, not 0``) whenever the list's only tables fail, and it only misleads.
     """
-    errors = [(".".join(str(p) for p in err["loc"]), err) for err in exc.errors()]
-    keys = [key for key, _ in errors]
+    keys = [".".join(str(p) for p in err["loc"]) for err in exc.errors()]
     lines = [f"{path}: invalid configuration"]
-    for key, err in errors:
+    for key, err, line in zip(keys, exc.errors(), error_lines(exc, Config), strict=True):
         if err["type"] == "too_short" and any(k.startswith(f"{key}.") for k in keys):
             continue
-        lines.append(f"  {key or '(top level)'}: {err['msg']}")
+        lines.append(f"  {line}")
     return "\n".join(lines)
 
 

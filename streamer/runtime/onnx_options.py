@@ -3,7 +3,7 @@
 (:mod:`streamer.runtime.acl.options`).
 
 Unknown keys are rejected and every error names the key, e.g.
-``runtime.options.intra_op_thread: Extra inputs are not permitted``.
+``runtime.options.intra_op_thread: unknown key (known: ...); did you mean 'intra_op_threads'?``.
 
 Example (TOML)::
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from streamer.config import validate_strict
+from streamer.config import error_lines, validate_strict
 from streamer.errors import ConfigError
 
 __all__ = ["OnnxOptions", "parse_onnx_options"]
@@ -55,7 +55,4 @@ def parse_onnx_options(options: Mapping[str, Any], where: str = "runtime.options
     try:
         return validate_strict(OnnxOptions, options)
     except ValidationError as exc:
-        lines = [
-            f"{where}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        ]
-        raise ConfigError("\n".join(lines)) from exc
+        raise ConfigError("\n".join(error_lines(exc, OnnxOptions, where))) from exc

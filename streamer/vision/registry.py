@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from streamer.config import PluginConfig, validate_strict
+from streamer.config import PluginConfig, error_lines, validate_strict
 from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo
 from streamer.runtime.ops.base import Operators
@@ -192,13 +192,8 @@ def _validate(entry: RegistryEntry[Any], raw: dict[str, Any], where: str) -> Plu
     try:
         return validate_strict(entry.params, raw)
     except ValidationError as exc:
-        known = ", ".join(sorted(entry.params.model_fields)) or "none"
         lines = [f"{where}: invalid parameters for {entry.name!r}"]
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "(params)"
-            unknown = err["type"] == "extra_forbidden"
-            msg = f"unknown key (known: {known})" if unknown else err["msg"]
-            lines.append(f"  {where}.{key}: {msg}")
+        lines += [f"  {line}" for line in error_lines(exc, entry.params, where)]
         raise ConfigError("\n".join(lines)) from exc
 
 

@@ -219,6 +219,21 @@ def test_a_failed_table_is_not_also_reported_as_missing(tmp_path: Path) -> None:
     )
 
 
+def test_an_unknown_key_lists_the_known_ones_and_the_closest(tmp_path: Path) -> None:
+    text = MINIMAL.replace('5555"', '5555"\nhmw = 10').replace(
+        'name = "face"', 'name = "face"\nreplica = 2'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    message = str(info.value)
+    assert (
+        "ingress.0.hmw: unknown key (known: curve_clients_dir, curve_secret_key_file, hwm"
+        in message
+    )
+    assert "did you mean 'hwm'?" in message
+    assert "models.0.replica: unknown key" in message and "did you mean 'replicas'?" in message
+
+
 def test_streamer_check_exits_2_without_devices(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         main, ["check", "--config", str(write(tmp_path, MINIMAL + "[runtime]\ndevices = []\n"))]

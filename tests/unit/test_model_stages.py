@@ -74,7 +74,8 @@ def test_plug_in_parameters_are_checked_before_a_model_loads(
     """The backend reads the letterbox's normalisation keys while loading (into the graph
     here); a bad one is reported by the plug-in, naming the stage, as for any other key."""
     text = (ROOT / "configs" / "default.toml").read_text()
-    text = text.replace("mean = [0.5, 0.5, 0.5]", 'mean = ["0.5", 0.5, 0.5]\nnormalize = "model"')
+    text = text.replace("mean = [0.5, 0.5, 0.5]", 'mean = ["0.5", 0.5, 0.5]')
+    text = text.replace('normalize = "host"', 'normalize = "model"')
     path = tmp_path / "default.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=r"models\[0\]\.preprocess: invalid parameters"):

@@ -150,14 +150,13 @@ def test_device_side_normalisation_gets_the_stage_s_aipp(
     }
     assert sizes == {"pnet": 0, "rnet": 24, "onet": 48}
     assert load_on_simulator(mtcnn) == ["pnet", "rnet", "onet"]
-    letterbox = {"std = [0.5, 0.5, 0.5]": 'std = [0.5, 0.5, 0.5]\nnormalize = "device"'}
-    static = shipped("default.toml", tmp_path, letterbox)
+    static = shipped("default.toml", tmp_path, device)
     face = manifest(sim_layout(static, tmp_path / "static"), "face")
     assert face["aipp"] == letterbox_aipp(static, "face").model_dump()
     dynamic = shipped(
         "default.toml",
         tmp_path,
-        {"std = [0.5, 0.5, 0.5]": 'std = [0.5, 0.5, 0.5]\nnormalize = "device"\naipp = "dynamic"'},
+        {**device, 'aipp = "static"': 'aipp = "dynamic"'},
     )
     laid_out = sim_layout(dynamic, tmp_path / "dynamic", batch_sizes=(1, 16))
     aipp = manifest(laid_out, "face")["aipp"]
@@ -177,12 +176,8 @@ def test_what_cannot_be_laid_out_is_a_config_error(tmp_path: Path, assets: dict[
     )
     with pytest.raises(ConfigError, match=r"dims \[\('input_1', 1\), \('input_1', 2\)\] .* free"):
         sim_layout(free, tmp_path / "free")
-    device = {"std = [0.5, 0.5, 0.5]": 'std = [0.5, 0.5, 0.5]\nnormalize = "device"'}
-    pad = shipped(
-        "default.toml",
-        tmp_path,
-        {**device, 'kind = "letterbox"': 'kind = "letterbox"\npad_value = "0"'},
-    )
+    device = {'normalize = "host"': 'normalize = "device"'}
+    pad = shipped("default.toml", tmp_path, {**device, "pad_value = 0": 'pad_value = "0"'})
     with pytest.raises(
         ConfigError, match=re.escape("models[0].preprocess.pad_value: Input should be")
     ):

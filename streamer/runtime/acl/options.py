@@ -31,7 +31,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from streamer.config import INT32_MAX, MAX_DURATION_S, PositiveCInt, validate_strict
+from streamer.config import (
+    INT32_MAX,
+    MAX_DURATION_S,
+    PositiveCInt,
+    error_lines,
+    validate_strict,
+)
 from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MIN
 
@@ -172,11 +178,8 @@ class AclOptions(ModelOptions):
         return {name: getattr(self, name) for name in ModelOptions.model_fields}
 
 
-def _config_error(prefix: str, exc: ValidationError) -> ConfigError:
-    lines = [
-        f"{prefix}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-    ]
-    return ConfigError("\n".join(lines))
+def _config_error(prefix: str, exc: ValidationError, model: type[BaseModel]) -> ConfigError:
+    return ConfigError("\n".join(error_lines(exc, model, prefix)))
 
 
 def parse_options(options: Mapping[str, Any], *, simulated: bool) -> AclOptions:
@@ -194,7 +197,7 @@ def parse_options(options: Mapping[str, Any], *, simulated: bool) -> AclOptions:
     try:
         parsed = validate_strict(AclOptions, options)
     except ValidationError as exc:
-        raise _config_error("runtime.options", exc) from exc
+        raise _config_error("runtime.options", exc, AclOptions) from exc
     if simulated and parsed.sim is None:
         parsed = parsed.model_copy(update={"sim": SimOptions()})
     return parsed
@@ -209,4 +212,4 @@ def parse_model_options(base: AclOptions, overrides: Mapping[str, Any], model: s
     try:
         return validate_strict(ModelOptions, {**base.model_options(), **overrides})
     except ValidationError as exc:
-        raise _config_error(f"model {model!r} options", exc) from exc
+        raise _config_error(f"model {model!r} options", exc, ModelOptions) from exc

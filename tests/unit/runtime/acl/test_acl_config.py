@@ -47,7 +47,7 @@ def test_null_handles() -> None:
 @pytest.mark.parametrize(
     ("options", "key"),
     [
-        ({"queue_depht": 8}, "runtime.options.queue_depht: Extra inputs are not permitted"),
+        ({"queue_depht": 8}, "runtime.options.queue_depht: unknown key"),
         (
             {"queue_depth": 1},
             "runtime.options.queue_depth: Input should be greater than or equal to 2",
