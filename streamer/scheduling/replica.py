@@ -7,7 +7,8 @@ enqueues into that model) and dequeue thread. The batcher hands each batch to th
 
 A replica whose device fails (its enqueue or dequeue raises :class:`BackendError`, or
 ``max_consecutive_failures`` executions fail in a row) is taken out of rotation with one
-logged event; the batches it holds get error results and the other replicas carry on. When
+logged event; the batches it holds (and any its enqueue thread is waiting to enqueue) get
+error results and the other replicas carry on. When
 no replica of a stage is left, the dispatcher raises and the daemon stops.
 """
 
@@ -74,11 +75,17 @@ class Replica:
             self._in_flight -= 1
 
     def fail(self, reason: str) -> None:
-        """Take the replica out of rotation (logged once); any thread."""
+        """Take the replica out of rotation (logged once); any thread.
+
+        Its model is interrupted: an enqueue waiting for room that the failed device will
+        never make (queue mode frees a slot only when an output comes) then returns, and
+        the batches it and the dispatcher hold get error results too.
+        """
         with self._lock:
             if self.failed is not None:
                 return
             self.failed = reason
+        self.model.interrupt()
         _log.error("replica_failed", replica=self.name, device=self.device, reason=reason)
 
     def refuse(self, batch: Batch) -> None:

@@ -97,14 +97,19 @@ def replica_batches(daemon: Daemon) -> dict[str, float]:
     }
 
 
+@pytest.mark.parametrize("mode", ["async", "queue"])
 def test_two_devices_share_the_work_and_one_can_fail(
-    start_daemon: Any, connect: Any, tmp_path: Path, assets: dict[str, Path]
+    mode: str, start_daemon: Any, connect: Any, tmp_path: Path, assets: dict[str, Path]
 ) -> None:
-    settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
+    """In queue mode the lost device's outputs stop coming: its replicas fail after
+    result_timeout_ms. Their enqueue threads, waiting for room the lost device would never
+    make, used to keep their batches (and the frames in them) forever."""
+    settings = backend_settings(f"acl-sim-{mode}", assets["blazeface_short_range"], tmp_path)
     daemon = start_daemon(
         **{**settings, "max_size": 1},
-        runtime_extra="devices = [0, 1]\n[runtime.options.sim]\n"
-        'device_lost_after_n_executes = { "1" = 40 }',
+        daemon_extra="reorder_timeout_s = 5.0",  # beyond result_timeout_ms: results in order
+        runtime_extra="devices = [0, 1]\n[runtime.options]\nresult_timeout_ms = 2000\n"
+        '[runtime.options.sim]\ndevice_lost_after_n_executes = { "1" = 40 }',
     )
     client: Client = connect(daemon)
     produce("carphone.mp4", daemon.ingress, source="first", encoding="raw", fps=200)
