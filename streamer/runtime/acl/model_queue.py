@@ -10,9 +10,15 @@ dequeues from one other thread (same page).
 
 Queue full / empty (or the driver's wait timeout) are backpressure: the enqueue retries every
 ``queue_poll_ms`` until there is room, the dequeue returns None when ``timeout_ms`` passes.
-A tdt queue carries only bytes, so results are matched to batches by order; if the oldest
-batch gets no output within ``result_timeout_ms`` (its execution failed on the device), later
-outputs cannot be attributed and the model raises :class:`BackendError`.
+
+One batch is in flight at a time, whatever ``max_in_flight`` says. A tdt queue carries only
+bytes (the docs do not say that an input's user data reaches the outputs), so an output can
+be told apart from the next batch's only by order; with two batches in flight, an execution
+that failed on the device without stopping the model would shift every later output onto
+the wrong batch (one camera's detections published on another's frames), undetected while
+traffic never pauses. With one in flight, a batch whose output does not come within
+``result_timeout_ms`` makes the model raise :class:`BackendError`, and nothing can be
+misattributed. Replicas (each with its own queues) keep the device busy meanwhile.
 
 Chains (the ``tensor`` adapter; :mod:`~streamer.runtime.acl.device_tensor`). Nothing in the
 seeds' multi-model chaining page ("多模型串联推理": load each model, execute each model) nor in
@@ -75,7 +81,8 @@ class QueueModeModel(AclModel):
 
     Args:
         parts: as :class:`AclModel`.
-        max_in_flight: batches enqueued and not dequeued (enqueue blocks beyond).
+        max_in_flight: sets of device output memory handed to the next model at most
+            (chains); one batch is in flight at a time (module docstring).
         tdt: the queue API.
         queues: ``(input queue ids, output queue ids)`` the model is bound to.
 
@@ -111,7 +118,7 @@ class QueueModeModel(AclModel):
             self._buffers = segments
         teardown.push_call(self._pool.close)
         self._min_timeout_ms = 1 if device.run_mode == RunMode.HOST else 0
-        self._slots = threading.Semaphore(max_in_flight)
+        self._slots = threading.Semaphore(1)
         self._tickets: deque[_Ticket] = deque()
         self._received: list[int] = []
 

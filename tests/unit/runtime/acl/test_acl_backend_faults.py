@@ -59,6 +59,48 @@ def test_queue_mode_lost_output_stops_the_model_without_hanging(
     model.close()
 
 
+def test_queue_mode_never_gives_a_lost_output_s_batch_the_next_one(
+    make_backend: MakeBackend,
+    static4_model: Path,
+    frames: list[np.ndarray],
+    reference: Reference,
+) -> None:
+    """The second execution fails on the device without an output and the model goes on.
+    With two batches in flight, the third batch's output was the second's result (no error:
+    one camera's detections on another's frames). With one in flight, the third waits until
+    the second's output is given up on, and the model stops."""
+    backend = make_backend(result_timeout_ms=300, sim={"fail_every_n_executes": 2})
+    model = backend.load(ModelSpec("face", static4_model, mode="queue", max_in_flight=2))
+    batch = blazeface_input(frames[:4])
+    first_out = threading.Event()
+    refused: list[BaseException] = []
+
+    def enqueue_thread() -> None:  # every enqueue from one thread, as queue mode requires
+        model.attach_thread()
+        model.enqueue([batch])
+        first_out.wait(10)
+        try:
+            model.enqueue([batch])  # its execution fails
+            model.enqueue([batch])
+        except BackendError as exc:
+            refused.append(exc)
+
+    enqueuer = threading.Thread(target=enqueue_thread)
+    enqueuer.start()
+    done = model.dequeue(5000)
+    assert done is not None and done.error is None
+    assert_close(done.outputs, reference(batch))
+    first_out.set()
+    with pytest.raises(BackendError, match="no output for a batch enqueued"):
+        while (done := model.dequeue(100)) is None:
+            pass
+        assert done.error is not None, "the third batch's output taken for the second's"
+    model.interrupt()  # as the failed replica does
+    enqueuer.join(10)
+    assert refused and not enqueuer.is_alive()
+    model.close()
+
+
 @pytest.mark.parametrize("mode", ["queue", "async", "sync"])
 def test_slow_executions_time_out_dequeue_then_arrive(
     mode: str, make_backend: MakeBackend, static4_model: Path, frames: list[np.ndarray]
@@ -90,9 +132,8 @@ def test_a_full_queue_is_backpressure(
     backend = make_backend(sim={"queue_full_every_n_enqueues": 2})
     model = backend.load(ModelSpec("face", static4_model, mode="queue", max_in_flight=3))
     batches = [blazeface_input(frames[i : i + 4]) for i in range(3)]
-    for batch in batches:
+    for batch in batches:  # one in flight (queue mode)
         model.enqueue([batch])
-    for batch in batches:
         done = model.dequeue(5000)
         assert done is not None
         assert_close(done.outputs, reference(batch))
@@ -110,9 +151,9 @@ def test_queue_timeouts_reported_as_driver_timeouts(
     model = backend.load(ModelSpec("face", static4_model, mode="queue", max_in_flight=4))
     assert model.dequeue(20) is None, "507012 on an empty queue is 'no result yet'"
     batch = blazeface_input(frames[:4])
-    for _ in range(4):
-        model.enqueue([batch])  # depth 2: the enqueue thread waits for room
-    assert all((done := model.dequeue(5000)) is not None and done.error is None for _ in range(4))
+    for _ in range(4):  # one in flight (queue mode); each dequeue waits through 507012s
+        model.enqueue([batch])
+        assert (done := model.dequeue(5000)) is not None and done.error is None
     model.close()
 
 

@@ -142,11 +142,19 @@ def test_a_missing_second_device_releases_the_first() -> None:
 
 
 def run_batches(model: Any, frames: list[np.ndarray], count: int = 3) -> None:
+    """``count`` batches, as many in flight as the model takes: max_in_flight (2), or one in
+    queue mode."""
     batch = blazeface_input(frames[:4])
-    model.enqueue([batch])
-    for index in range(count):  # at most max_in_flight (2) batches in flight
-        if index + 1 < count:
-            model.enqueue([batch])
+    in_flight = 1 if model.mode == "queue" else 2
+    pending = 0
+    for _ in range(count):
+        if pending == in_flight:
+            done = model.dequeue(5000)
+            assert done is not None and done.error is None
+            pending -= 1
+        model.enqueue([batch])
+        pending += 1
+    for _ in range(pending):
         done = model.dequeue(5000)
         assert done is not None and done.error is None
 

@@ -218,8 +218,9 @@ def test_invalid_batches_fail_alone_and_in_order(
             model.enqueue([good])
             for batch in bad:
                 model.enqueue([batch])
+            results = [model.dequeue(5000) for _ in range(4)]  # queue mode: one in flight
             model.enqueue([good])
-            results = [model.dequeue(5000) for _ in range(5)]
+            results.append(model.dequeue(5000))
             assert [r is not None and r.error is None for r in results] == [
                 True,
                 False,
