@@ -41,7 +41,14 @@ from streamer.config import (
 from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MIN
 
-__all__ = ["AclOptions", "ModelOptions", "SimOptions", "parse_model_options", "parse_options"]
+__all__ = [
+    "SIM_MAX_DEVICES",
+    "AclOptions",
+    "ModelOptions",
+    "SimOptions",
+    "parse_model_options",
+    "parse_options",
+]
 
 
 def _decimal_key(key: object) -> object:
@@ -98,13 +105,17 @@ class ModelOptions(_Strict):
     )
 
 
+SIM_MAX_DEVICES = 64
+"""The most devices the simulator simulates (a machine of eight 8-chip cards)."""
+
+
 class SimOptions(_Strict):
     """``[runtime.options.sim]``: the simulated Ascend machine (``acl-sim`` only)."""
 
     device_count: int | None = Field(
         default=None,
         ge=1,
-        le=64,
+        le=SIM_MAX_DEVICES,
         description="simulated devices; default: enough for runtime.devices",
     )
     run_mode: Literal["host", "device"] = Field(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from streamer.config import RuntimeConfig
 from streamer.errors import ConfigError
 from streamer.runtime.acl.backend import AclBackend
-from streamer.runtime.acl.options import parse_options
+from streamer.runtime.acl.options import SIM_MAX_DEVICES, parse_options
 from streamer.runtime.acl.sim.simulator import Simulator
 
 __all__ = ["AclSimBackend"]
@@ -38,6 +38,11 @@ class AclSimBackend(AclBackend):
         sim_options = options.sim
         assert sim_options is not None, "parse_options(simulated=True) fills it"
         needed = max(config.devices, default=0) + 1
+        if needed > SIM_MAX_DEVICES:
+            raise ConfigError(
+                f"runtime.devices: device {needed - 1}, but the simulator has at most "
+                f"{SIM_MAX_DEVICES} devices (ids 0..{SIM_MAX_DEVICES - 1})"
+            )
         if sim_options.device_count is not None and sim_options.device_count < needed:
             raise ConfigError(
                 f"runtime.options.sim.device_count: {sim_options.device_count} devices, but "

@@ -102,6 +102,13 @@ def test_unknown_fail_call_and_too_few_devices_are_config_errors() -> None:
         )
 
 
+def test_a_device_id_beyond_the_simulated_machine_is_a_config_error() -> None:
+    """The simulator sized itself to the largest id: 2**31 - 1 built tables for 2**31
+    devices until memory ran out."""
+    with pytest.raises(ConfigError, match="runtime.devices: device 2147483647, but the simulator"):
+        AclSimBackend(RuntimeConfig(backend="acl-sim", devices=(0, 2**31 - 1)))
+
+
 def test_registry_opens_acl_sim() -> None:
     with open_backend(RuntimeConfig(backend="acl-sim")) as backend:
         assert isinstance(backend, AclSimBackend) and backend.name == "acl-sim"
