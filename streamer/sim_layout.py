@@ -37,7 +37,7 @@ from typing import Any, Literal, cast
 
 import onnx
 
-from streamer.config import Config, ModelConfig, RuntimeConfig
+from streamer.config import BatchConfig, Config, ModelConfig, RuntimeConfig
 from streamer.errors import ConfigError
 from streamer.model_stages import check_plug_in_params
 from streamer.runtime.acl.sim.manifest import manifest_path, onnx_path
@@ -99,7 +99,12 @@ def sim_layout(
         batches[stage.name] = _batch(stage, stage_mode, batch_sizes, batches)
         om = _lay_out(config, stage, batches[stage.name], folder)
         stages[stage.name] = stage.model_copy(
-            update={"path": om, "asset": None, "mode": stage_mode}
+            update={
+                "path": om,
+                "asset": None,
+                "mode": stage_mode,
+                "batch": _batch_config(stage, batches[stage.name]),
+            }
         )
     acl = config.runtime.backend in ("acl", "acl-sim")
     runtime = RuntimeConfig(
@@ -141,6 +146,15 @@ def _batch(
     if mode == "queue" and len(sizes) > 1:
         raise ConfigError(f"{where}, and it would run batch gears {list(sizes)}")
     return sizes
+
+
+def _batch_config(stage: ModelConfig, sizes: tuple[int, ...]) -> BatchConfig:
+    """``stage``'s ``[models.batch]`` for its laid-out model: configured gears the model does
+    not run (a queue-mode static batch) become the sizes it runs, or it would not load."""
+    batch = stage.batch
+    if batch.gears and not set(batch.gears) <= set(sizes):
+        return batch.model_copy(update={"gears": sizes})
+    return batch
 
 
 def _lay_out(config: Config, stage: ModelConfig, batch: tuple[int, ...], folder: Path) -> Path:

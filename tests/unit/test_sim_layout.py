@@ -164,6 +164,19 @@ def test_device_side_normalisation_gets_the_stage_s_aipp(
     assert load_on_simulator(laid_out) == ["face"]
 
 
+def test_queue_mode_with_configured_gears_lays_out_a_config_that_loads(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """The static batch of queue mode is max_size: gears [3, 5] stayed in the config, which
+    then did not load ("configured batch gears [3] are not among the model's gears [5]")."""
+    geared = shipped(
+        "default.toml", tmp_path, {"max_size = 8": "max_size = 5", "gears = []": "gears = [3, 5]"}
+    )
+    laid_out = sim_layout(geared, tmp_path / "queue", mode="queue")
+    assert laid_out.models[0].batch.gears == (5,)
+    assert load_on_simulator(laid_out) == ["face"]
+
+
 def test_what_cannot_be_laid_out_is_a_config_error(tmp_path: Path, assets: dict[str, Path]) -> None:
     missing = shipped(
         "default.toml", tmp_path, {'asset = "blazeface_short_range"': 'path = "x.om"'}
