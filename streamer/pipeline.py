@@ -23,6 +23,7 @@ import os
 import queue
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -41,6 +42,7 @@ from streamer.scheduling.admission import AdmissionQueue
 from streamer.scheduling.chain import make_items
 from streamer.scheduling.chain_run import ChainRun
 from streamer.scheduling.reorder import ReorderBuffer
+from streamer.scheduling.replica import Replica
 from streamer.scheduling.sources import SourceTracker
 from streamer.scheduling.swap import retire
 from streamer.transport.egress import Egress
@@ -180,6 +182,9 @@ class Pipeline:
         self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._chain = self._new_chain(stages)
         self._retired: list[ChainRun] = []
+        # Counts of the chains retired and gone, so that /metrics counters never go back.
+        self._carried_flushes: Counter[str] = Counter()
+        self._carried_batches: Counter[tuple[str, int, int]] = Counter()
 
     @classmethod
     def load(cls, config: Config, metrics: PipelineMetrics | None = None) -> Pipeline:
@@ -359,6 +364,9 @@ class Pipeline:
         settings = self.config.daemon
         if retire(old, settings.reload_timeout_s, stop, settings.drain_timeout_s):
             self._retired.remove(old)
+            flushes, batches = _batch_counts(old)
+            self._carried_flushes += flushes
+            self._carried_batches += batches
         elif dropped := self._inbox.discard_through(STOP):
             _log.warning("reload_dropped_frames", frames=dropped, reason="old chain given up")
         try:
@@ -389,11 +397,13 @@ class Pipeline:
             "dequeue": sum(r.ledger.qsize() for rs in self._chain.replicas for r in rs),
             "egress": self._results.qsize(),
         }
-        flushes: dict[str, int] = {}
-        for batcher in self._chain.batchers:
-            flushes.update(batcher.flushes)
+        flushes, batches = Counter(self._carried_flushes), Counter(self._carried_batches)
+        for chain in [self._chain, *self._retired]:
+            chain_flushes, chain_batches = _batch_counts(chain)
+            flushes += chain_flushes
+            batches += chain_batches
         replicas = [
-            (r.model.info.name, r.device, r.executed, r.failed is None)
+            (r.model.info.name, r.device, r.index, batches[_replica_key(r)], r.failed is None)
             for rs in self._chain.replicas
             for r in rs
         ]
@@ -489,6 +499,21 @@ class Pipeline:
             self._release_transport()
         self._threads_ended = True
         close_all([*(c.close for c in [*self._retired, self._chain]), self._backend.close])
+
+
+def _batch_counts(chain: ChainRun) -> tuple[Counter[str], Counter[tuple[str, int, int]]]:
+    """A chain's batches flushed, by reason (every stage), and executed, by replica."""
+    flushes: Counter[str] = Counter()
+    for batcher in chain.batchers:
+        flushes.update(batcher.flushes)
+    batches = Counter({_replica_key(r): r.executed for rs in chain.replicas for r in rs})
+    return flushes, batches
+
+
+def _replica_key(replica: Replica) -> tuple[str, int, int]:
+    """A replica's metric labels: a reload's new replica of the same model, device and
+    index goes on counting where the old one stopped."""
+    return replica.model.info.name, replica.device, replica.index
 
 
 def _reorder_window(config: Config) -> int:

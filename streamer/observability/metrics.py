@@ -89,14 +89,15 @@ class PipelineSample:
         streams: per-source stream totals, summed over sources (``seq_gaps``,
             ``source_restarts``, ``active_sources``, …; see ``_STREAM_METRICS``).
         flushes: batches the batcher flushed, by reason (``full``, ``deadline``, ``marker``).
-        replicas: per model replica ``(model, device, batches executed, in rotation)``.
+        replicas: per model replica ``(model, device, index, batches executed, in
+            rotation)``, the index being its place among its stage's replicas.
     """
 
     outcomes: OutcomeSnapshot
     queue_depths: Mapping[str, int]
     streams: Mapping[str, int]
     flushes: Mapping[str, int] = field(default_factory=dict)
-    replicas: Sequence[tuple[str, int, int, bool]] = ()
+    replicas: Sequence[tuple[str, int, int, int, bool]] = ()
 
 
 class _PipelineCollector(Collector):
@@ -127,7 +128,7 @@ class _PipelineCollector(Collector):
         yield from _replica_families(sample.replicas)
 
 
-def _replica_families(replicas: Sequence[tuple[str, int, int, bool]]) -> Iterator[Metric]:
+def _replica_families(replicas: Sequence[tuple[str, int, int, int, bool]]) -> Iterator[Metric]:
     labels = ["model", "device", "replica"]
     executed = CounterMetricFamily(
         "streamer_replica_batches", "Batches a model replica executed.", labels=labels
@@ -135,7 +136,7 @@ def _replica_families(replicas: Sequence[tuple[str, int, int, bool]]) -> Iterato
     up = GaugeMetricFamily(
         "streamer_replica_up", "1 while a replica is in rotation, 0 once it failed.", labels=labels
     )
-    for index, (model, device, batches, alive) in enumerate(replicas):
+    for model, device, index, batches, alive in replicas:
         executed.add_metric([model, str(device), str(index)], batches)
         up.add_metric([model, str(device), str(index)], 1 if alive else 0)
     yield executed

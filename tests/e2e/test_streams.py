@@ -6,11 +6,13 @@ import signal
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import cv2
 import numpy as np
 import pytest
 import zmq
+from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.transport.protocol import encode_eos, encode_frame
 
@@ -197,14 +199,18 @@ def test_sighup_swaps_the_model_without_losing_a_frame(
     for seq in range(200):
         client.send_parts(encode_frame("cam", seq, jpeg, encoding="jpeg"))
         if seq == 50:
+            before = client.collect(51)
+            flushed_before = _flushes(daemon)
             daemon.process.send_signal(signal.SIGHUP)
             daemon.wait_event("reloaded", 60)
-    results = client.collect(200)
+    results = before + client.collect(149)
     assert [r["seq"] for r in results] == list(range(200))
     models = [r["model"] for r in results]
     switch = models.index("face_full")
     assert set(models[:switch]) == {"face"} and set(models[switch:]) == {"face_full"}
     assert all(r["error"] is None and len(r["detections"]) == 1 for r in results)
+    # The old chain's flushes stay counted: the counter goes on, it does not start again.
+    assert _flushes(daemon) >= flushed_before + 149 / 4
     assert daemon.stop() == 0
     final = daemon.final_counts()
     assert final["published"] == final["received"]
@@ -232,3 +238,12 @@ def test_sighup_with_a_broken_config_keeps_the_running_one(
     (result,) = client.collect(1)
     assert result["model"] == "face" and len(result["detections"]) == 1
     assert daemon.stop() == 0
+
+
+def _flushes(daemon: Daemon) -> float:
+    """``streamer_batch_flushes_total`` summed over its reasons, from /metrics."""
+    with urlopen(daemon.http + "/metrics", timeout=10) as response:
+        families = text_string_to_metric_families(response.read().decode())
+    return sum(
+        s.value for f in families for s in f.samples if s.name == "streamer_batch_flushes_total"
+    )
