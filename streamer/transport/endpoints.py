@@ -7,7 +7,10 @@ may be given several URIs of the same type (a SUB that connects to every imagezm
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import socket as sockets  # `socket` names the ZeroMQ socket in this module
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,15 +63,32 @@ class Endpoint:
         """Bind or connect ``socket``; set socket options before calling this.
 
         Raises:
-            zmq.ZMQError: the address is in use or invalid.
+            zmq.ZMQError: the address is in use or invalid. ZeroMQ binds an ``ipc://`` path
+                that another process listens on by replacing its socket file (that process
+                then gets nothing, unaware), so a path something accepts connections on is
+                refused here as in use (EADDRINUSE), as a bound TCP port is.
         """
         if self.bind:
+            if self.address.startswith("ipc://") and _ipc_listened(self.address[6:]):
+                raise zmq.ZMQError(errno.EADDRINUSE, f"{self.address}: another process listens")
             socket.bind(self.address)
         else:
             socket.connect(self.address)
 
     def __str__(self) -> str:
         return f"{self.kind}+{'bind' if self.bind else 'connect'}:{self.address}"
+
+
+def _ipc_listened(path: str) -> bool:
+    """Whether a process accepts connections on the Unix socket ``path``."""
+    if not os.path.exists(path):
+        return False
+    with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:  # a stale socket file (refused) or not a socket
+            return False
+    return True
 
 
 def parse_endpoint(uri: str, allowed: tuple[str, ...], where: str) -> Endpoint:

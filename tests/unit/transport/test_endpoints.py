@@ -1,3 +1,7 @@
+import errno
+import socket as sockets
+from pathlib import Path
+
 import pytest
 import zmq
 
@@ -87,3 +91,23 @@ def test_two_sockets_binding_one_address_are_a_config_error() -> None:
         check_endpoints(ingress, same)
     connect = [EgressConfig(name="out", uri="push+connect:tcp://127.0.0.1:6555")]
     check_endpoints(ingress, connect)  # connecting to it is another matter
+
+
+def test_an_ipc_path_another_process_listens_on_is_in_use(tmp_path: Path) -> None:
+    """ZeroMQ would replace the listener's socket file: the second daemon took all the
+    traffic while the first, still ready, got nothing."""
+    address = f"ipc://{tmp_path}/frames.sock"
+    endpoint = parse_endpoint(f"pull+bind:{address}", INGRESS_TYPES, "ingress")
+    with zmq.Context() as context:
+        first = context.socket(zmq.PULL)
+        first.bind(address)
+        second = context.socket(zmq.PULL)
+        with pytest.raises(zmq.ZMQError, match="another process listens") as info:
+            endpoint.attach(second)
+        assert info.value.errno == errno.EADDRINUSE
+        first.close(linger=0)
+        stale_path = tmp_path / "stale.sock"
+        with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as stale:
+            stale.bind(str(stale_path))  # a socket file nothing listens on: taken over
+        parse_endpoint(f"pull+bind:ipc://{stale_path}", INGRESS_TYPES, "ingress").attach(second)
+        second.close(linger=0)
