@@ -219,19 +219,31 @@ class Summary:
             self._max_seq[source] = seq
 
 
-def result_line(result: dict[str, Any]) -> str:
-    """One compact line: source, seq, faces (or the error reason) and total latency (ms).
+_ENVELOPE = frozenset(
+    {"v", "source", "seq", "ts", "received_at", "done_at", "latency_ms", "model"}
+    | {"width", "height", "meta", "error", "eos"}
+)
+"""Result keys every model's results have; the others are the model's own."""
 
-    E.g. ``carphone seq=12 faces=1 latency=8.3ms``, ``carphone seq=13 error=decode_failed
-    latency=0.4ms`` or ``carphone seq=119 eos``.
+
+def result_line(result: dict[str, Any]) -> str:
+    """One compact line: source, seq, the outcome and total latency (ms).
+
+    The outcome is the error reason, the faces detected, or for another model's results
+    (a classifier's ``face``) their keys and values. E.g. ``carphone seq=12 faces=1
+    latency=8.3ms``, ``lfw seq=3 face={'score': 0.99, 'is_face': True} latency=2.1ms``,
+    ``carphone seq=13 error=decode_failed latency=0.4ms`` or ``carphone seq=119 eos``.
     """
     head = f"{result.get('source')} seq={result.get('seq')}"
     if result.get("eos") is True:
         return f"{head} eos"
     error = result.get("error")
-    outcome = (
-        f"error={error.get('reason')}" if error else f"faces={len(result.get('detections') or [])}"
-    )
+    if error:
+        outcome = f"error={error.get('reason')}"
+    elif "detections" in result or not (others := set(result) - _ENVELOPE):
+        outcome = f"faces={len(result.get('detections') or [])}"
+    else:
+        outcome = " ".join(f"{key}={result[key]}" for key in sorted(others))
     latency = (result.get("latency_ms") or {}).get("total")
     return f"{head} {outcome} latency={latency}ms"
 

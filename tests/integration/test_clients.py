@@ -355,6 +355,12 @@ def test_result_line_is_one_compact_line() -> None:
     ]
     assert lines == ["cam seq=3 faces=2 latency=7.5ms", "cam seq=4 error=too_large latency=1.0ms"]
     assert result_line(json.loads(_eos("cam", 4)[1])) == "cam seq=4 eos"
+    classified = {**json.loads(_result("lfw", 5, faces=0, total_ms=2.0)[1])}
+    del classified["detections"]
+    classified["face"] = {"score": 0.99, "is_face": True}
+    assert result_line(classified) == (
+        "lfw seq=5 face={'score': 0.99, 'is_face': True} latency=2.0ms"
+    )
 
 
 def test_annotator_writes_every_frame_in_seq_order(
