@@ -214,7 +214,8 @@ class Producer(Closing):
             last bytes until then).
 
     Raises:
-        ValueError: an unknown encoding, a quality outside 0-100 or a close timeout <= 0.
+        ValueError: an unknown encoding, a quality outside 0-100, a send or close timeout
+            <= 0, or ``sndhwm`` < 1.
         ClientError: the endpoint is invalid.
     """
 
@@ -234,8 +235,13 @@ class Producer(Closing):
             raise ValueError(f"encoding must be one of {list(ENCODINGS)}, got {encoding!r}")
         if not 0 <= quality <= 100:
             raise ValueError(f"quality must be in 0-100, got {quality}")
-        if close_timeout_s <= 0:
-            raise ValueError(f"close_timeout_s must be > 0, got {close_timeout_s}")
+        if close_timeout_s <= 0 or send_timeout_s <= 0:
+            raise ValueError(
+                f"send_timeout_s and close_timeout_s must be > 0, got {send_timeout_s}, "
+                f"{close_timeout_s}"
+            )
+        if sndhwm < 1:
+            raise ValueError(f"sndhwm must be >= 1, got {sndhwm}")
         self.endpoint, self.source, self.encoding = endpoint, source, encoding
         self.send_timeout_s, self.close_timeout_s = send_timeout_s, close_timeout_s
         self._quality = quality
@@ -278,9 +284,10 @@ class Producer(Closing):
             The message size in bytes, header included.
 
         Raises:
-            ClientError: the image cannot be encoded, or no daemon took the message within
-                ``send_timeout_s``.
+            ClientError: the image is empty or cannot be encoded, the producer is closed, or
+                no daemon took the message within ``send_timeout_s``.
         """
+        self._check_open()
         payload = _encode(image, self.encoding, self._quality)
         stamp = time.time() if ts is None else ts
         parts = encode_frame(
@@ -303,8 +310,10 @@ class Producer(Closing):
             Whether it was sent (always True when ``wait``).
 
         Raises:
-            ClientError: ``wait`` and no daemon took the message within ``send_timeout_s``.
+            ClientError: the producer is closed, or ``wait`` and no daemon took the message
+                within ``send_timeout_s``.
         """
+        self._check_open()
         parts = encode_eos(self.source, max(self._seq - 1, 0))
         if wait:
             self._send(parts)
@@ -359,6 +368,10 @@ class Producer(Closing):
         if self._own_context:
             self._context.term()
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientError(f"the producer of {self.source!r} is closed")
+
     def _send(self, parts: Sequence[bytes | memoryview]) -> None:
         if not self._first_ns:
             self._first_ns = time.monotonic_ns()
@@ -385,6 +398,8 @@ def _push_socket(context: zmq.Context[Any], endpoint: str, sndhwm: int) -> zmq.S
 
 
 def _encode(image: np.ndarray, encoding: str, quality: int) -> bytes | np.ndarray:
+    if image.size == 0:
+        raise ClientError(f"an empty image, shape {image.shape}")
     if encoding == "raw":
         return image
     if encoding == "jpeg":

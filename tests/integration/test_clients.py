@@ -24,6 +24,7 @@ from streamer.clients import (
     Annotator,
     ClientError,
     MediaInput,
+    Producer,
     Subscriber,
     Summary,
     open_input,
@@ -173,6 +174,24 @@ def test_producer_without_a_daemon_fails_clearly(context: Context) -> None:
     with pytest.raises(ClientError, match="no daemon took a message"):
         produce("astronaut.png", endpoint, send_timeout_s=0.2, context=context)
     assert time.monotonic() - started < 3
+
+
+def test_producer_misuse_is_a_clear_error(context: Context, astronaut: np.ndarray) -> None:
+    """Bad arguments are refused before any socket exists (a negative timeout was a raw
+    ZMQError, after the producer's own context was made and leaked); an empty image, or a
+    send after close, is a ClientError (was a cv2.error / a raw ZMQError)."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    for bad in ({"send_timeout_s": -1}, {"sndhwm": -5}, {"close_timeout_s": 0}):
+        with pytest.raises(ValueError, match="must be"):
+            Producer(endpoint, source="cam", **bad)  # type: ignore[arg-type]
+    producer = Producer(endpoint, source="cam", context=context)
+    with pytest.raises(ClientError, match="an empty image"):
+        producer.send(np.zeros((0, 10, 3), np.uint8))
+    producer.close()
+    with pytest.raises(ClientError, match="is closed"):
+        producer.send(astronaut)
+    with pytest.raises(ClientError, match="is closed"):
+        producer.send_eos(wait=False)
 
 
 SLOW_FRAMES = 10
