@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import structlog
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 from streamer.config import EgressConfig, IngressConfig
@@ -133,6 +135,9 @@ class CurveServer:
                 f"{where}: curve_secret_key_file {path} holds no secret key; use the"
                 " .key_secret file tools/keygen.py wrote"
             )
+        for key, name in ((public, "public"), (secret, "secret")):
+            if not _is_curve_key(key):
+                raise ConfigError(f"{where}: curve_secret_key_file {path}: {_BAD_KEY} ({name})")
         return cls(public, secret, zap_domain(config.curve_clients_dir))
 
     def apply(self, socket: zmq.Socket[Any]) -> None:
@@ -194,9 +199,24 @@ def _client_keys(directory: Path) -> frozenset[bytes]:
         ConfigError: the directory cannot be read or holds a malformed key file.
     """
     try:
-        return frozenset(zmq.auth.load_certificates(directory))
+        keys = frozenset(zmq.auth.load_certificates(directory))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"curve_clients_dir {directory}: {exc}") from exc
+    bad = sorted(key.decode("ascii", "replace") for key in keys if not _is_curve_key(key))
+    if bad:
+        raise ConfigError(f"curve_clients_dir {directory}: {_BAD_KEY}: {bad}")
+    return keys
+
+
+_BAD_KEY = "not a CURVE key (40 Z85 characters, as tools/keygen.py writes)"
+
+
+def _is_curve_key(key: bytes) -> bool:
+    """Whether ``key`` is a Z85-encoded 32-byte CURVE key."""
+    try:
+        return len(key) == 40 and len(z85.decode(key)) == 32
+    except (ValueError, KeyError, IndexError, struct.error):  # per kind of bad character
+        return False
 
 
 def check_curve_keys(ingress: Iterable[IngressConfig], egress: Iterable[EgressConfig]) -> None:

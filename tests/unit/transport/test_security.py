@@ -180,7 +180,11 @@ def test_malformed_key_files_are_config_errors(
         start_authenticator(context, [_config(keys)])
 
 
-@pytest.mark.parametrize("content", ["", "not a key\n", "public"])
+SHORT_KEYS = 'public-key = "short"\nsecret-key = "short"\n'
+NOT_Z85 = f'public-key = "{"~" * 40}"\nsecret-key = "{"~" * 40}"\n'
+
+
+@pytest.mark.parametrize("content", ["", "not a key\n", "public", SHORT_KEYS, NOT_Z85])
 def test_streamer_check_refuses_a_bad_server_key_file(
     keys: dict[str, Path], tmp_path: Path, content: str
 ) -> None:
@@ -204,6 +208,10 @@ def test_streamer_check_refuses_a_bad_server_key_file(
 
 def test_check_curve_keys_reads_the_clients_dir_of_each_socket(keys: dict[str, Path]) -> None:
     check_curve_keys([_config(keys)], [])
+    (keys["clients"] / "short.key").write_text('public-key = "short"\n')
+    with pytest.raises(ConfigError, match=r"not a CURVE key .*\['short'\]"):
+        check_curve_keys([_config(keys)], [])
+    (keys["clients"] / "short.key").unlink()
     (keys["clients"] / "broken.key").write_text("not a key\n")
     egress = EgressConfig(
         name="out",
