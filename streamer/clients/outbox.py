@@ -37,19 +37,23 @@ class Outbox:
         self._forget_done()
         return len(self._trackers)
 
-    def send(self, socket: zmq.Socket[Any], parts: Sequence[bytes | memoryview]) -> None:
+    def send(
+        self, socket: zmq.Socket[Any], parts: Sequence[bytes | memoryview], flags: int = 0
+    ) -> None:
         """Send ``parts`` as one multipart message, the last part without a copy.
 
         Args:
             socket: the socket to send on (its ``SNDTIMEO`` bounds the wait for room).
             parts: one or more buffers; the last one must not be modified until libzmq has
                 let go of it (:meth:`wait`).
+            flags: ``zmq.NOBLOCK`` not to wait at all.
 
         Raises:
-            zmq.Again: the socket took nothing within its ``SNDTIMEO``.
+            zmq.Again: the socket took nothing within its ``SNDTIMEO`` (at once with
+                ``NOBLOCK``).
         """
         last = zmq.Frame(parts[-1], copy=False, track=True)
-        tracker = socket.send_multipart([*parts[:-1], last])
+        tracker = socket.send_multipart([*parts[:-1], last], flags)
         assert tracker is not None, "sending a tracked Frame returns its tracker"
         self._trackers.append(tracker)
         self._forget_done()

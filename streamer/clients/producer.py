@@ -256,7 +256,7 @@ class Producer(Closing):
         except ClientError:
             self._end_context()
             raise
-        self._socket.setsockopt(zmq.SNDTIMEO, round(send_timeout_s * 1000))
+        self._socket.setsockopt(zmq.SNDTIMEO, _slice_ms(send_timeout_s))
 
     @property
     def stats(self) -> ProducerStats:
@@ -318,13 +318,10 @@ class Producer(Closing):
         if wait:
             self._send(parts)
             return True
-        self._socket.setsockopt(zmq.SNDTIMEO, 0)
         try:
-            self._send(parts)
-        except ClientError:
+            self._outbox.send(self._socket, parts, zmq.NOBLOCK)
+        except zmq.Again:
             return False
-        finally:
-            self._socket.setsockopt(zmq.SNDTIMEO, round(self.send_timeout_s * 1000))
         return True
 
     def close(self) -> int:
@@ -373,16 +370,34 @@ class Producer(Closing):
             raise ClientError(f"the producer of {self.source!r} is closed")
 
     def _send(self, parts: Sequence[bytes | memoryview]) -> None:
+        """Send, waiting up to ``send_timeout_s`` in slices of ``SNDTIMEO``: libzmq resumes
+        a blocked send after a signal, so a Ctrl-C is seen between two slices only.
+
+        Raises:
+            ClientError: no daemon took the message within ``send_timeout_s``.
+        """
         if not self._first_ns:
             self._first_ns = time.monotonic_ns()
-        try:
-            self._outbox.send(self._socket, parts)
-        except zmq.Again:
-            raise ClientError(
-                f"no daemon took a message on {self.endpoint} within {self.send_timeout_s} s;"
-                " is `streamer run` listening there?"
-            ) from None
+        deadline = time.monotonic() + self.send_timeout_s
+        while True:
+            try:
+                self._outbox.send(self._socket, parts)
+                break
+            except zmq.Again:
+                if time.monotonic() >= deadline:
+                    raise ClientError(
+                        f"no daemon took a message on {self.endpoint} within "
+                        f"{self.send_timeout_s} s; is `streamer run` listening there?"
+                    ) from None
         self._last_ns = time.monotonic_ns()
+
+
+_SEND_SLICE_S = 0.1
+
+
+def _slice_ms(send_timeout_s: float) -> int:
+    """The ``SNDTIMEO`` of one send attempt (ms): a slice of the send timeout."""
+    return max(1, round(min(send_timeout_s, _SEND_SLICE_S) * 1000))
 
 
 def _push_socket(context: zmq.Context[Any], endpoint: str, sndhwm: int) -> zmq.Socket[Any]:

@@ -176,6 +176,21 @@ def test_producer_without_a_daemon_fails_clearly(context: Context) -> None:
     assert time.monotonic() - started < 3
 
 
+def test_an_interrupted_produce_tool_with_no_daemon_exits_at_once() -> None:
+    """libzmq resumes a blocked send after the signal: Ctrl-C waited out the whole send
+    timeout, then blamed the daemon."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    command = [sys.executable, str(ROOT / "tools" / "produce.py"), "astronaut.png"]
+    command += ["--endpoint", endpoint, "--send-timeout", "120"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as tool:
+        assert tool.stderr is not None
+        tool.stderr.read1(1)  # type: ignore[attr-defined]  # its progress bar: it is sending
+        tool.send_signal(signal.SIGINT)
+        out, err = tool.communicate(timeout=60)  # well before the send timeout
+    assert tool.returncode == 1
+    assert b"Aborted!" in err and b"no daemon took" not in err
+
+
 def test_producer_misuse_is_a_clear_error(context: Context, astronaut: np.ndarray) -> None:
     """Bad arguments are refused before any socket exists (a negative timeout was a raw
     ZMQError, after the producer's own context was made and leaked); an empty image, or a
