@@ -68,7 +68,10 @@ PositiveCInt = Annotated[int, Field(ge=1, le=INT32_MAX)]
 """A count or size that a C ``int`` holds (ZeroMQ socket options, ACL calls, buffers)."""
 Seconds = Annotated[float, Field(gt=0, le=MAX_DURATION_S)]
 """A duration setting, s: positive, at most :data:`MAX_DURATION_S`."""
-_MIN_REORDER_WINDOW = 64
+_MIN_REORDER_WINDOW = 4096
+"""The least default reorder window: a replica that fails holds its frames until its backend
+gives them up (``result_timeout_ms`` on ACL, 10 s by default) while the others go on; a held
+result carries no pixels (about 1 KB), so 4096 of them are cheap."""
 
 FullPolicy = Literal["block", "drop_oldest", "latest"]
 """What an ingress does when the queue to the batcher is full (see
@@ -155,7 +158,7 @@ class DaemonConfig(_Strict):
     reorder_window: PositiveCInt | None = Field(
         None,
         description="frames a source holds for a late one; unset = what the chain can have in "
-        "flight (Config.frames_in_flight), at least 64",
+        "flight (Config.frames_in_flight), at least 4096",
     )
     reorder_timeout_s: Seconds = Field(1.0, description="longest wait for a late frame")
     max_consecutive_failures: PositiveCInt = Field(
@@ -518,8 +521,8 @@ class Config(_Strict):
         )
 
     def reorder_window(self) -> int:
-        """``daemon.reorder_window``, or when unset :meth:`frames_in_flight` (at least 64): a
-        frame can finish that many frames after later ones of its source."""
+        """``daemon.reorder_window``, or when unset :meth:`frames_in_flight` (a frame can
+        finish that many frames after later ones of its source), at least 4096."""
         if self.daemon.reorder_window is not None:
             return self.daemon.reorder_window
         return max(_MIN_REORDER_WINDOW, self.frames_in_flight())

@@ -24,8 +24,8 @@ def load_with(tmp_path: Path, edit: tuple[str, str]) -> tuple[Pipeline, list[dic
 def test_the_window_follows_the_replicas_and_a_small_one_is_logged(
     assets: dict[str, Path], tmp_path: Path
 ) -> None:
-    eight, logs = load_with(tmp_path, ("replicas = 2 ", "replicas = 8 "))
-    assert eight.reorder.window == 64 + (8 * (2 + 2) + 1) * 8
+    deep, logs = load_with(tmp_path, ("max_in_flight = 2 ", "max_in_flight = 300 "))
+    assert deep.reorder.window == 64 + (2 * (300 + 2) + 1) * 8  # above the 4096 floor
     assert not [e for e in logs if e["event"] == "reorder_window_small"]
     small, logs = load_with(tmp_path, ("# reorder_window = 256 ", "reorder_window = 8 "))
     assert small.reorder.window == 8

@@ -255,10 +255,10 @@ def test_the_reorder_window_covers_what_the_chain_can_have_in_flight(tmp_path: P
     finished by the other replicas, overflow the window: out of order (``reorder_gave_up``)."""
     default = load_config(ROOT / "configs" / "default.toml")
     assert default.frames_in_flight() == 64 + (1 * 2 * (2 + 2) + 1) * 8
-    assert default.reorder_window() == 136
-    eight = MINIMAL.replace('name = "face"', 'name = "face"\nreplicas = 8\nmax_in_flight = 3')
-    config = load_config(write(tmp_path, f"[runtime]\ndevices = [0, 1]\n{eight}"))
-    assert config.reorder_window() == config.frames_in_flight() == 64 + (2 * 8 * 5 + 1) * 8
+    assert default.reorder_window() == 4096  # at least: a failed replica's frames come late
+    many = MINIMAL.replace('name = "face"', 'name = "face"\nreplicas = 64\nmax_in_flight = 3')
+    config = load_config(write(tmp_path, f"[runtime]\ndevices = [0, 1]\n{many}"))
+    assert config.reorder_window() == config.frames_in_flight() == 64 + (2 * 64 * 5 + 1) * 8
     gears = MINIMAL.replace('name = "face"', 'name = "face"\nbatch = { gears = [1, 16] }')
     assert load_config(write(tmp_path, gears)).frames_in_flight() == 64 + (1 * 4 + 1) * 16
     small = load_config(write(tmp_path, f"[daemon]\nreorder_window = 4\n{MINIMAL}"))
