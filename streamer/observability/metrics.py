@@ -198,6 +198,12 @@ class PipelineMetrics:
             ["model"],
             registry=self.registry,
         )
+        self._egress_dropped = Counter(
+            "streamer_egress_dropped_results",
+            "Results an egress socket had no room for (a PUSH reader behind or absent).",
+            ["egress"],
+            registry=self.registry,
+        )
         self._batch_wait_s = self._latency(
             "batch_wait", "Preprocessed to enqueued: the wait in the batcher, per frame."
         )
@@ -244,6 +250,10 @@ class PipelineMetrics:
             inference_s.observe((frame.infer_end_ns - frame.infer_start_ns) / 1e9)
             if frame.prepared_at_ns:
                 wait_s.observe((frame.batched_at_ns - frame.prepared_at_ns) / 1e9)
+
+    def observe_dropped(self, egress: str) -> None:
+        """One result the ``egress`` socket (its ``[[egress]]`` name) had no room for."""
+        self._egress_dropped.labels(egress).inc()
 
     def observe_sent(self, frame: Frame, done_ns: int) -> None:
         """End-to-end time of a frame whose result was sent; frames no model ran are ignored.

@@ -65,6 +65,9 @@ class EgressMetrics(Protocol):
     def observe_sent(self, frame: Frame, done_ns: int) -> None:
         """``frame``'s result was sent; ``done_ns`` is its ``done_at`` (monotonic, ns)."""
 
+    def observe_dropped(self, egress: str) -> None:
+        """A result the socket of ``[[egress]]`` ``egress`` had no room for."""
+
 
 class Egress(Worker):
     """Publish thread for all ``[[egress]]`` sockets.
@@ -202,6 +205,8 @@ class Egress(Worker):
 
     def _stall(self, index: int) -> None:
         self._dropped[index] += 1
+        if self._metrics is not None:
+            self._metrics.observe_dropped(self._configs[index].name)
         if not self._stalled[index]:
             self._stalled[index] = True
             detail = "no reader took a result; results it has no room for are dropped"

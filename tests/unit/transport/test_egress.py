@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 from streamer.bench.bench_config import free_port
 from streamer.config import EgressConfig
 from streamer.frames import STOP, Batch, Frame, OutcomeCounts
+from streamer.observability.metrics import PipelineMetrics
 from streamer.scheduling.reorder import ReorderBuffer
 from streamer.transport.egress import Egress
 
@@ -95,7 +96,8 @@ def test_a_slow_push_reader_beside_a_pub_slows_only_itself(context: zmq.Context[
     inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
     counts = OutcomeCounts()
     reorder = ReorderBuffer(window=64, timeout_s=1.0, idle_evict_s=60.0)
-    egress = Egress(configs, context, inbox, reorder, counts, threading.Event())
+    metrics = PipelineMetrics()
+    egress = Egress(configs, context, inbox, reorder, counts, threading.Event(), metrics=metrics)
     egress.launch(10)
     subscriber = context.socket(zmq.SUB)
     subscriber.setsockopt(zmq.SUBSCRIBE, b"")
@@ -131,6 +133,12 @@ def test_a_slow_push_reader_beside_a_pub_slows_only_itself(context: zmq.Context[
     reader.close(linger=0)
     assert seqs == list(range(200))
     assert read_when_pub_done < 50  # the PUB did not wait for the PUSH reader
+    # Every result counts as published (the PUB took it); those the PUSH dropped are counted.
+    assert counts.snapshot().published == 200
+    dropped = metrics.registry.get_sample_value(
+        "streamer_egress_dropped_results_total", {"egress": "push"}
+    )
+    assert dropped is not None and 0 < dropped < 200
 
 
 def test_nothing_is_sent_or_counted_after_an_abort(context: zmq.Context[Any]) -> None:
