@@ -100,7 +100,9 @@ def exit_daemon(code: int) -> NoReturn:
     once (``os._exit``) with exit code 1, logged as ``exit_forced``.
     """
     main = threading.main_thread()
-    stuck = [t.name for t in threading.enumerate() if t is not main and not t.daemon]
+    stuck = [
+        f"{t.name}/{t.native_id}" for t in threading.enumerate() if t is not main and not t.daemon
+    ]
     if not stuck:
         sys.exit(code)
     code = code or EXIT_FATAL

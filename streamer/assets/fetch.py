@@ -97,6 +97,8 @@ def _fetch(root: Path, requested: list[Asset | Split], report: Callable[[str], N
     missing = [a for a in wanted if not _is_present(a, root)]
     if missing:  # before any download
         _make_dirs(root)
+        if not root.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(root))
         if not os.access(root, os.W_OK):
             raise PermissionError(errno.EACCES, "not writable", str(root))
     by_requirement: dict[str, list[Asset]] = {}

@@ -212,6 +212,8 @@ def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
         assert "exit_forced" in events
         stuck = next(e for e in daemon.logs if e.get("event") == "threads_stuck")
         assert any(re.fullmatch(r"enqueue-face-0/\d+", t) for t in stuck["threads"])
+        forced = next(e for e in daemon.logs if e.get("event") == "exit_forced")
+        assert any(re.fullmatch(r"enqueue-face-0/\d+", t) for t in forced["threads"])
     final = daemon.final_counts()
     assert final["drained"] is False and final["received"] == 3
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]

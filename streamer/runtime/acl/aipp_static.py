@@ -73,7 +73,7 @@ def checked_aipp_values(
     if least < VAR_RECI_SMALLEST:
         raise ConfigError(
             f"preprocess.std: AIPP would multiply by 1 / (255 * std) = {least:.6g}, below "
-            f"{VAR_RECI_SMALLEST:.2g}, where its float16 var_reci_chn loses precision"
+            f"{VAR_RECI_SMALLEST:.4g}, where its float16 var_reci_chn loses precision"
         )
     return norm.offset, norm.scale
 

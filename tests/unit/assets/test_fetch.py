@@ -13,6 +13,8 @@ def test_a_cache_that_cannot_be_written_is_one_error_before_any_download(
     blocker.write_text("not a folder")
     with pytest.raises(AssetError, match="cannot write the cache .*; set STREAMER_CACHE"):
         fetch_assets(root=blocker / "cache", names=["blazeface_short_range"])
+    with pytest.raises(AssetError, match="cannot write the cache .*: not a folder"):
+        fetch_assets(root=blocker, names=["blazeface_short_range"])
 
 
 def test_pip_errors_are_summed_up_without_its_retry_noise() -> None:

@@ -147,7 +147,7 @@ def test_a_std_whose_aipp_multiplier_is_below_float16_precision_is_refused() -> 
     huge = InputNormalization.from_mean_std(
         np.full(3, 0.5), np.array([0.5, 1000.0, 0.5]), swap_rb=True, layout="NCHW"
     )
-    with pytest.raises(ConfigError, match=r"= 3.92157e-06, below 6.1e-05"):
+    with pytest.raises(ConfigError, match=r"= 3.92157e-06, below 6.104e-05"):
         StaticAipp.from_normalization(huge, 128, 128)
     with pytest.raises(ConfigError, match="loses precision"):
         DynamicAippParams.from_normalization(huge, (128, 128))
