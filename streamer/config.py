@@ -160,7 +160,11 @@ class DaemonConfig(_Strict):
         description="frames a source holds for a late one; unset = what the chain can have in "
         "flight (Config.frames_in_flight), at least 4096",
     )
-    reorder_timeout_s: Seconds = Field(1.0, description="longest wait for a late frame")
+    reorder_timeout_s: Seconds | None = Field(
+        None,
+        description="longest wait for a late frame; unset = 1 s, or on ACL 1 s more than "
+        "runtime.options.result_timeout_ms (queue mode finds a lost batch only then)",
+    )
     max_consecutive_failures: PositiveCInt = Field(
         10,
         description="failed executions in a row that stop the daemon (exit 1)",

@@ -53,7 +53,16 @@ from streamer.vision.decode import DecodeLimits, decode_image, decode_jpeg_reduc
 from streamer.vision.opencv import configure_opencv
 from streamer.vision.preprocess import Letterbox
 
-__all__ = ["INLINE_MAX_PIXELS", "Pipeline", "prepare_frame", "prepared_inline"]
+__all__ = [
+    "INLINE_MAX_PIXELS",
+    "Pipeline",
+    "prepare_frame",
+    "prepared_inline",
+    "reorder_timeout_s",
+]
+
+_REORDER_TIMEOUT_S = 1.0
+"""The default reorder timeout (s), plus the backend's ``result_timeout_s`` if any."""
 
 _log = structlog.get_logger(__name__)
 _START_TIMEOUT_S = 10.0
@@ -167,7 +176,7 @@ class Pipeline:
         daemon = config.daemon
         self.sources = SourceTracker(daemon.source_idle_s)
         self.reorder = ReorderBuffer(
-            _reorder_window(config), daemon.reorder_timeout_s, daemon.source_idle_s
+            _reorder_window(config), reorder_timeout_s(config, backend), daemon.source_idle_s
         )
         self._inbox = AdmissionQueue(
             daemon.queue_size,
@@ -514,6 +523,17 @@ def _replica_key(replica: Replica) -> tuple[str, int, int]:
     """A replica's metric labels: a reload's new replica of the same model, device and
     index goes on counting where the old one stopped."""
     return replica.model.info.name, replica.device, replica.index
+
+
+def reorder_timeout_s(config: Config, backend: Backend) -> float:
+    """``daemon.reorder_timeout_s``, or when unset 1 s, and 1 s more than the backend's
+    ``result_timeout_s`` where it has one: on ACL a queue-mode batch whose output never comes
+    is given up only after ``result_timeout_ms``, and its frames' error results should still
+    come in order."""
+    if config.daemon.reorder_timeout_s is not None:
+        return config.daemon.reorder_timeout_s
+    late_s = backend.result_timeout_s
+    return _REORDER_TIMEOUT_S + (late_s if late_s is not None else 0.0)
 
 
 def _reorder_window(config: Config) -> int:

@@ -279,9 +279,17 @@ class QueueModel(Closing, abc.ABC):
 
 
 class Backend(Closing, abc.ABC):
-    """An inference runtime that loads models into :class:`QueueModel` objects."""
+    """An inference runtime that loads models into :class:`QueueModel` objects.
+
+    Attributes:
+        name: the ``runtime.backend`` value.
+        result_timeout_s: longest a batch can go without a result before the backend
+            fails it (s), or None where a failed execution is reported at once; the
+            pipeline's reorder timeout waits longer by default.
+    """
 
     name: str
+    result_timeout_s: float | None = None
 
     @classmethod
     @abc.abstractmethod

@@ -96,7 +96,7 @@ def test_reloads_under_full_load_keep_every_frame_on_its_chain_and_in_order(
 
     def wide_reorder(text: str) -> str:
         text = text.replace("# reorder_window = 256 ", "reorder_window = 4096 ")
-        return text.replace("reorder_timeout_s = 1.0 ", "reorder_timeout_s = 60.0 ")
+        return text.replace("# reorder_timeout_s = 1.0 ", "reorder_timeout_s = 60.0 ")
 
     daemon = shipped("default.toml", tmp_path, wide_reorder)
     client: Client = connect(daemon)

@@ -103,11 +103,11 @@ def test_two_devices_share_the_work_and_one_can_fail(
 ) -> None:
     """In queue mode the lost device's outputs stop coming: its replicas fail after
     result_timeout_ms. Their enqueue threads, waiting for room the lost device would never
-    make, used to keep their batches (and the frames in them) forever."""
+    make, used to keep their batches (and the frames in them) forever. The default reorder
+    timeout outlasts result_timeout_ms, so the failed frames still come in order."""
     settings = backend_settings(f"acl-sim-{mode}", assets["blazeface_short_range"], tmp_path)
     daemon = start_daemon(
         **{**settings, "max_size": 1},
-        daemon_extra="reorder_timeout_s = 5.0",  # beyond result_timeout_ms: results in order
         runtime_extra="devices = [0, 1]\n[runtime.options]\nresult_timeout_ms = 2000\n"
         '[runtime.options.sim]\ndevice_lost_after_n_executes = { "1" = 40 }',
     )

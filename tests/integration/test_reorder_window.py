@@ -6,8 +6,9 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from streamer.config import load_config
-from streamer.pipeline import Pipeline
+from streamer.config import RuntimeConfig, load_config
+from streamer.pipeline import Pipeline, reorder_timeout_s
+from streamer.runtime import open_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,3 +32,19 @@ def test_the_window_follows_the_replicas_and_a_small_one_is_logged(
     assert small.reorder.window == 8
     (warning,) = [e for e in logs if e["event"] == "reorder_window_small"]
     assert (warning["reorder_window"], warning["frames_in_flight"]) == (8, 136)
+
+
+def test_the_reorder_timeout_outlasts_the_backend_s_result_timeout(tmp_path: Path) -> None:
+    """On ACL a lost queue-mode batch is given up after result_timeout_ms (10 s): a 1 s
+    reorder timeout published its frames' error results out of order, after later frames
+    and after the source's end of stream."""
+    config = load_config(ROOT / "configs" / "default.toml")
+    with open_backend(config.runtime) as onnx:
+        assert reorder_timeout_s(config, onnx) == 1.0
+    acl = RuntimeConfig(backend="acl-sim", options={"result_timeout_ms": 2000})
+    with open_backend(acl) as simulated:
+        assert reorder_timeout_s(config, simulated) == 3.0
+        path = tmp_path / "default.toml"
+        explicit = (ROOT / "configs" / "default.toml").read_text()
+        path.write_text(explicit.replace("# reorder_timeout_s = 1.0 ", "reorder_timeout_s = 0.5 "))
+        assert reorder_timeout_s(load_config(path), simulated) == 0.5

@@ -127,6 +127,7 @@ class AclBackend(Backend):
         acl_library: Any | None = None,
     ) -> None:
         self.options: AclOptions = parse_options(config.options, simulated=self._simulated)
+        self.result_timeout_s = self.options.result_timeout_ms / 1000  # queue mode's
         self._acl = acl if acl is not None else import_acl()
         self._tdt = (
             TdtQueueApi(tdt_library)
