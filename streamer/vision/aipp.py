@@ -19,7 +19,7 @@ import onnx
 from streamer.config import Config, ModelConfig
 from streamer.errors import ConfigError
 from streamer.runtime.acl.aipp_dynamic import DynamicAippConfig
-from streamer.runtime.acl.aipp_static import StaticAipp
+from streamer.runtime.acl.aipp_static import StaticAipp, checked_aipp_values
 from streamer.runtime.acl.sim.manifest import onnx_path
 from streamer.runtime.graph_preprocess import InputNormalization
 from streamer.runtime.mtcnn_keys import MTCNN_KINDS, MTCNN_NORMALIZATION
@@ -94,8 +94,9 @@ def letterbox_aipp(
         ``batch.gears``, else ``batch.max_size``) of RGB888 images of that size.
 
     Raises:
-        ConfigError: no such model, its preprocess is not a ``letterbox``, or the size is
-            unknown.
+        ConfigError: no such model, its preprocess is not a ``letterbox``, the size is
+            unknown, or its mean or std are beyond AIPP's ranges
+            (:func:`~streamer.runtime.acl.aipp_static.checked_aipp_values`).
     """
     stage = _stage(config, model)
     table = stage.preprocess
@@ -104,10 +105,11 @@ def letterbox_aipp(
     where = f"models[{config.models.index(stage)}].preprocess"
     params = cast("LetterboxParams", PREPROCESSORS.params(table, where))
     height, width = size or params.size or _onnx_size(config.model_path(stage), params.layout)
-    if params.aipp == "dynamic":
-        return DynamicAippConfig.for_images(_largest_batch(stage), height, width)
     mean, std = params.per_channel()
     norm = InputNormalization.from_mean_std(mean, std, params.color == "rgb", params.layout)
+    if params.aipp == "dynamic":
+        checked_aipp_values(norm)  # set on every execution: refused now, not at load
+        return DynamicAippConfig.for_images(_largest_batch(stage), height, width)
     return StaticAipp.from_normalization(norm, height, width)
 
 
