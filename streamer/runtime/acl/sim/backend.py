@@ -43,6 +43,12 @@ class AclSimBackend(AclBackend):
                 f"runtime.devices: device {needed - 1}, but the simulator has at most "
                 f"{SIM_MAX_DEVICES} devices (ids 0..{SIM_MAX_DEVICES - 1})"
             )
+        unused = sorted(set(sim_options.device_lost_after_n_executes) - set(config.devices))
+        if unused:
+            raise ConfigError(
+                f"runtime.options.sim.device_lost_after_n_executes: devices {unused} are not "
+                f"in runtime.devices {list(config.devices)}"
+            )
         if sim_options.device_count is not None and sim_options.device_count < needed:
             raise ConfigError(
                 f"runtime.options.sim.device_count: {sim_options.device_count} devices, but "

@@ -102,6 +102,13 @@ def test_unknown_fail_call_and_too_few_devices_are_config_errors() -> None:
         )
 
 
+def test_a_fault_on_a_device_the_config_does_not_use_is_a_config_error() -> None:
+    """It would never happen: a typo in a fault test that silently tests nothing."""
+    options = {"sim": {"device_lost_after_n_executes": {"7": 3}}}
+    with pytest.raises(ConfigError, match=r"devices \[7\] are not in runtime.devices \[0, 1\]"):
+        AclSimBackend(RuntimeConfig(backend="acl-sim", devices=(0, 1), options=options))
+
+
 def test_a_device_id_beyond_the_simulated_machine_is_a_config_error() -> None:
     """The simulator sized itself to the largest id: 2**31 - 1 built tables for 2**31
     devices until memory ran out."""
