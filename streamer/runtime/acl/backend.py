@@ -36,6 +36,7 @@ from streamer.config import RuntimeConfig
 from streamer.errors import BackendError, ConfigError, ModelError
 from streamer.release import close_all
 from streamer.runtime.acl.aipp_load import agreed_dynamic_aipp, attach_dynamic_aipp
+from streamer.runtime.acl.aipp_verify import verify_static_aipp
 from streamer.runtime.acl.constants import AclCode
 from streamer.runtime.acl.description import ModelDescription
 from streamer.runtime.acl.device import AclRuntime, DeviceContext
@@ -168,6 +169,7 @@ class AclBackend(Backend):
         with probe.on_error():
             loaded = self._load_plain(spec, probe)
             mode = self._choose_mode(spec, loaded.description)
+            verify_static_aipp(self._acl, loaded.model_id, spec.name, spec.preprocess)
             if mode == "queue":
                 probe.close()
                 counts = len(loaded.description.input_sizes), len(loaded.description.output_sizes)

@@ -15,6 +15,10 @@ Function (argument format) → result:
 - ``set_aipp_dtc_pixel_min(set, 4 × float, batch_index)`` (``kffffK``) → code
 - ``set_aipp_pixel_var_reci(set, 4 × float, batch_index)`` (``kffffK``) → code
 - ``set_input_aipp(model_id, dataset, index, set)`` (``Ikkk``) → code
+- ``get_first_aipp_info(model_id, index)`` (``Ik``) → ``(aclAippInfo as a dict, code)``:
+  a static AIPP's parameters under the struct's member names; for a dynamic AIPP only the
+  members the page says are valid then (none of them is simulated: an empty dict); no AIPP
+  on that input → 145015 ``ACL_ERROR_GE_AIPP_NOT_EXIST``
 
 The rules are in :mod:`~streamer.runtime.acl.sim.aipp_sets` (the setters) and
 :mod:`~streamer.runtime.acl.sim.aipp_model` (``set_input_aipp`` and execution).
@@ -23,8 +27,9 @@ The rules are in :mod:`~streamer.runtime.acl.sim.aipp_sets` (the setters) and
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from streamer.runtime.acl.aipp_static import StaticAipp
 from streamer.runtime.acl.constants import AclCode
 from streamer.runtime.acl.sim.aipp_data import aipp_data_size
 from streamer.runtime.acl.sim.binding import SimError
@@ -62,7 +67,33 @@ def _lifecycle(sim: Simulator, mdl: ModuleType) -> None:
     export(mdl, "acl.mdl.create_aipp", "K", "handle", sets.create)
     export(mdl, "acl.mdl.destroy_aipp", "k", "ret", destroy_aipp)
     export(mdl, "acl.mdl.get_aipp_data_size", "K", "pair", get_aipp_data_size)
+    def get_first_aipp_info(model_id: int, index: int) -> tuple[dict[str, Any], int]:
+        image = sim.models.find(model_id).image
+        if index == 0 and image.static_aipp is not None:
+            return _aipp_info(image.static_aipp), 0
+        if index == 0 and image.aipp is not None:
+            return {}, 0
+        raise SimError(AclCode.ERROR_GE_AIPP_NOT_EXIST, None, f"no AIPP on input {index}")
+
     export(mdl, "acl.mdl.set_input_aipp", "Ikkk", "ret", set_input_aipp)
+    export(mdl, "acl.mdl.get_first_aipp_info", "Ik", "pair", get_first_aipp_info)
+
+
+def _aipp_info(aipp: StaticAipp) -> dict[str, Any]:
+    """``aclAippInfo`` of a static ``aipp_op``, as pyACL's dict (its member names)."""
+    info: dict[str, Any] = {
+        "srcImageSizeW": aipp.src_image_size_w,
+        "srcImageSizeH": aipp.src_image_size_h,
+        "cropSwitch": int(aipp.crop),
+        "paddingSwitch": int(aipp.padding),
+        "cscSwitch": int(aipp.csc_switch),
+        "rbuvSwapSwitch": int(aipp.rbuv_swap_switch),
+    }
+    for channel in range(3):
+        info[f"meanChn{channel}"] = getattr(aipp, f"mean_chn_{channel}")
+        info[f"minChn{channel}"] = getattr(aipp, f"min_chn_{channel}")
+        info[f"varReciChn{channel}"] = getattr(aipp, f"var_reci_chn_{channel}")
+    return info
 
 
 def _setters(sim: Simulator, mdl: ModuleType) -> None:

@@ -119,6 +119,7 @@ class ModelImage:
         shapes: per gear, the data inputs' shapes.
         output_shapes: per gear, the outputs' shapes.
         aipp: the ``aipp_op`` block of a dynamic-AIPP model, else None.
+        static_aipp: the ``aipp_op`` block of a static-AIPP model, else None.
     """
 
     inputs: tuple[TensorDesc, ...]
@@ -130,6 +131,7 @@ class ModelImage:
     shapes: dict[Gear, tuple[Shape, ...]] = field(repr=False)
     output_shapes: dict[Gear, tuple[Shape, ...]] = field(repr=False)
     aipp: DynamicAippConfig | None = None
+    static_aipp: StaticAipp | None = None
 
     @property
     def largest_gear(self) -> Gear:
@@ -188,7 +190,10 @@ def load_image(model: Path) -> ModelImage:
         session, dims, axes = _with_aipp(onnx_file, manifest.aipp, manifest, kind, dims)
     shapes = {gear: _shapes_for(kind, dims, gear, axes) for gear in gears}
     dynamic_aipp = manifest.aipp if isinstance(manifest.aipp, DynamicAippConfig) else None
-    return _describe(session, dims, kind, gears, shapes, manifest.om2, dynamic_aipp)
+    image = _describe(session, dims, kind, gears, shapes, manifest.om2, dynamic_aipp)
+    if isinstance(manifest.aipp, StaticAipp):
+        image = replace(image, static_aipp=manifest.aipp)
+    return image
 
 
 def _session(source: str | bytes, onnx_file: Path) -> ort.InferenceSession:

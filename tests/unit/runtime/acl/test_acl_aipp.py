@@ -10,16 +10,19 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from acl_testing import MakeBackend, MakeModel
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from streamer.cli import main
-from streamer.errors import ConfigError
+from streamer.config import PluginConfig
+from streamer.errors import ConfigError, ModelError
 from streamer.runtime.acl.aipp_dynamic import DynamicAippParams
 from streamer.runtime.acl.aipp_rules import AippRuleError, check_aipp_build
 from streamer.runtime.acl.aipp_static import StaticAipp
 from streamer.runtime.acl.sim.image import load_image
 from streamer.runtime.acl.sim.manifest import ManifestError
+from streamer.runtime.base import ModelSpec
 from streamer.runtime.graph_preprocess import InputNormalization
 
 
@@ -163,3 +166,28 @@ def test_a_mean_outside_0_to_1_is_refused_for_aipp() -> None:
             StaticAipp.from_normalization(norm, 128, 128)
         with pytest.raises(ConfigError, match="min_chn range"):
             DynamicAippParams.from_normalization(norm, (128, 128))
+
+
+DEVICE = PluginConfig(kind="letterbox", normalize="device")
+
+
+def test_a_model_s_static_aipp_must_be_what_the_letterbox_says(
+    make_backend: MakeBackend, make_model: MakeModel
+) -> None:
+    """An .om built for another mean, std or color ran, and its detections silently
+    degraded; acl.mdl.get_first_aipp_info reads the baked-in parameters back."""
+    shape = {"input_shape": {"input": [4, 3, 128, 128]}}
+    good = make_model("face_good", {**shape, "aipp": AIPP.model_dump()})
+    stale = AIPP.model_copy(update={"min_chn_0": 0.0, "var_reci_chn_0": 1.0})
+    bad = make_model("face_stale", {**shape, "aipp": stale.model_dump()})
+    plain = make_model("face_plain", shape)
+    backend = make_backend()
+    with backend.load(ModelSpec("face", good, mode="async", preprocess=DEVICE)):
+        pass
+    with pytest.raises(ModelError, match=r"channel 0 offset \(mean \+ min\) 0, needs 127.5"):
+        backend.load(ModelSpec("face", bad, mode="async", preprocess=DEVICE))
+    with pytest.raises(ModelError, match="needs a model built with static AIPP .*it has none"):
+        backend.load(ModelSpec("face", plain, mode="async", preprocess=DEVICE))
+    bgr = PluginConfig(kind="letterbox", normalize="device", color="bgr")
+    with pytest.raises(ModelError, match="rbuvSwapSwitch True, the letterbox needs False"):
+        backend.load(ModelSpec("face", good, mode="async", preprocess=bgr))
