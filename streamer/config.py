@@ -107,7 +107,8 @@ def error_lines(exc: ValidationError, model: type[BaseModel], prefix: str = "") 
         key = ".".join([prefix, *map(str, loc)] if prefix else map(str, loc))
         message = err["msg"]
         if err["type"] == "extra_forbidden" and (table := _model_at(model, loc[:-1])):
-            message = _unknown_key(str(loc[-1]), sorted(table.model_fields))
+            known = sorted(n for n, f in table.model_fields.items() if not f.exclude)
+            message = _unknown_key(str(loc[-1]), known)
         lines.append(f"{key or '(top level)'}: {message}")
     return lines
 
@@ -726,6 +727,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except (tomllib.TOMLDecodeError, ValueError, RecursionError) as exc:
         # ValueError: a decimal integer of 4300+ digits; RecursionError: deep nesting.
         raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
+    if "source_file" in data:  # set from the path below, not a setting
+        raise ConfigError(f"{file}: invalid configuration\n  source_file: unknown key")
     try:
         _refuse_dates(data, file)
         _resolve_key_paths(data, file.resolve().parent)

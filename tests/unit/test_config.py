@@ -232,6 +232,11 @@ def test_an_unknown_key_lists_the_known_ones_and_the_closest(tmp_path: Path) -> 
     )
     assert "did you mean 'hwm'?" in message
     assert "models.0.replica: unknown key" in message and "did you mean 'replicas'?" in message
+    with pytest.raises(ConfigError, match="source_file: unknown key"):
+        load_config(write(tmp_path, f'source_file = "x.toml"\n{MINIMAL}'))
+    with pytest.raises(ConfigError) as top:
+        load_config(write(tmp_path, f"demon = 1\n{MINIMAL}"))
+    assert "source_file" not in str(top.value) and "did you mean 'daemon'?" in str(top.value)
 
 
 def test_streamer_check_exits_2_without_devices(tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ def _lifecycle(sim: Simulator, mdl: ModuleType) -> None:
     export(mdl, "acl.mdl.create_aipp", "K", "handle", sets.create)
     export(mdl, "acl.mdl.destroy_aipp", "k", "ret", destroy_aipp)
     export(mdl, "acl.mdl.get_aipp_data_size", "K", "pair", get_aipp_data_size)
+
     def get_first_aipp_info(model_id: int, index: int) -> tuple[dict[str, Any], int]:
         image = sim.models.find(model_id).image
         if index == 0 and image.static_aipp is not None:
