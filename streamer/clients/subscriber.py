@@ -220,8 +220,21 @@ class Summary:
 
 
 _ENVELOPE = frozenset(
-    {"v", "source", "seq", "ts", "received_at", "done_at", "latency_ms", "model"}
-    | {"width", "height", "meta", "error", "eos"}
+    {
+        "v",
+        "source",
+        "seq",
+        "ts",
+        "received_at",
+        "done_at",
+        "latency_ms",
+        "model",
+        "width",
+        "height",
+        "meta",
+        "error",
+        "eos",
+    }
 )
 """Result keys every model's results have; the others are the model's own."""
 

@@ -119,29 +119,35 @@ class SourceTracker:
             if _refused(frame) and (last is None or frame.seq != last + 1):
                 self._place(frame, stream)
                 return True
-            if last is None:  # a new stream, or the first frame after an end of stream
-                pass
-            elif _restarts(frame.seq, last, stream.restart_probe):
-                self._restarts += 1
-                if (suppressed := self._restart_lines.take()) is not None:
-                    _log.info(
-                        "source_restarted",
-                        source=frame.source,
-                        last_seq=last,
-                        seq=frame.seq,
-                        suppressed=suppressed,
-                    )
-            elif frame.seq <= last:
-                self._stale += 1
-                far = last - frame.seq >= MAX_MISORDER
-                stream.restart_probe = frame.seq + 1 if far else -1
+            # No trusted seq (a new stream, or the first frame after an end of stream): any.
+            if last is not None and not self._follows(frame, stream, last):
                 return False
-            else:
-                self._gaps += frame.seq - last - 1
             stream.last_seq, stream.restart_probe, stream.ended = frame.seq, -1, False
             stream.last_seen_ns = frame.received_at_ns
             self._place(frame, stream)
             return True
+
+    def _follows(self, frame: Frame, stream: _Stream, last: int) -> bool:
+        """Under the lock: judge ``frame.seq`` after the trusted ``last`` (module docstring),
+        counting a restart, a gap or a stale frame; False when it is stale."""
+        if _restarts(frame.seq, last, stream.restart_probe):
+            self._restarts += 1
+            if (suppressed := self._restart_lines.take()) is not None:
+                _log.info(
+                    "source_restarted",
+                    source=frame.source,
+                    last_seq=last,
+                    seq=frame.seq,
+                    suppressed=suppressed,
+                )
+        elif frame.seq <= last:
+            self._stale += 1
+            far = last - frame.seq >= MAX_MISORDER
+            stream.restart_probe = frame.seq + 1 if far else -1
+            return False
+        else:
+            self._gaps += frame.seq - last - 1
+        return True
 
     def end(self, eos: EndOfStream) -> None:
         """Place ``eos`` after the source's last frame; the source's next frame starts the

@@ -127,7 +127,10 @@ def test_a_client_trickling_its_request_does_not_hold_the_stop(
     stopped = threading.Event()
     with socket.create_connection(("127.0.0.1", http.port)) as slow:
         slow.sendall(b"GET /metrics HTTP/1.1\r\n")
-        time.sleep(0.2)  # the request thread is reading the headers
+        deadline = time.monotonic() + 10
+        while not any("process_request" in t.name for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "no request thread"  # reading the headers
+            time.sleep(0.01)
         stopper = threading.Thread(target=lambda: (http.stop(), stopped.set()))
         stopper.start()
         for line in range(100):  # a line well within the 5 s timeout, until the stop ends
