@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from streamer.assets import ASSETS, SPLITS, asset_path, fetch_assets
+from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state, fetch_assets
 from streamer.config import Config, cache_dir, load_config
 from streamer.daemon import EXIT_FATAL, EXIT_USAGE, exit_daemon, run_daemon
 from streamer.errors import AssetError, ConfigError, ModelError, StreamerError
@@ -257,12 +257,19 @@ def models_sim_layout(config_path: Path, out_dir: Path, mode: str | None) -> Non
 
 @models.command("list")
 def models_list() -> None:
-    """List the known assets, where they live, and whether they are fetched."""
+    """List the known assets, where they live, and whether they are in the cache intact:
+    ready, missing, damaged or unverified (the last two are made again by ``fetch``)."""
     click.echo(f"cache: {cache_dir()}")
+    try:
+        catalog: list[Asset | Split] = [*ASSETS, *SPLITS]
+        states = {a.name: asset_state(a) for a in catalog}
+    except OSError as exc:
+        click.echo(f"error: cannot read the cache {cache_dir()}: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_FATAL)
     for asset in ASSETS:
-        path = asset_path(asset)
-        state = "fetched" if path.exists() else "missing"
-        click.echo(f"{asset.kind:6} {asset.name:32} {state:8} {asset.requirement}")
+        click.echo(f"{asset.kind:6} {asset.name:32} {states[asset.name]:10} {asset.requirement}")
     for split in SPLITS:
-        state = "made" if asset_path(split).exists() else "missing"
-        click.echo(f"{split.kind:6} {split.name:32} {state:8} cut from {split.source}")
+        origin = f"cut from {split.source}"
+        click.echo(f"{split.kind:6} {split.name:32} {states[split.name]:10} {origin}")
+    if any(state in ("damaged", "unverified") for state in states.values()):
+        click.echo("`streamer models fetch` makes the damaged and unverified ones again")

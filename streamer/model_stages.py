@@ -34,7 +34,7 @@ import numpy as np
 
 from streamer.assets import ASSETS, SPLITS
 from streamer.config import Config, ModelConfig, PluginConfig
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, ModelError
 from streamer.frames import Frame
 from streamer.release import close_logged
 from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel
@@ -262,9 +262,14 @@ def _load_replicas(
                     device_outputs=device_outputs,
                 )
                 loaded.append((device, backend.load(spec)))
-    except BaseException:
+    except BaseException as exc:
         for _, model in loaded:
             close_logged(model.close, f"model {model_config.name!r}")
+        if isinstance(exc, ModelError) and model_config.asset is not None:
+            raise ModelError(
+                f"{exc} (`streamer models list` tells whether the cache is damaged; "
+                f"`streamer models fetch {model_config.asset}` makes it again)"
+            ) from exc
         raise
     return loaded
 

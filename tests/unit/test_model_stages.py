@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from click.testing import CliRunner
 
+from streamer.cli import main
 from streamer.config import Config, load_config
-from streamer.errors import BackendError, ConfigError
+from streamer.errors import BackendError, ConfigError, ModelError
 from streamer.model_stages import ModelStage, load_chain
 from streamer.runtime import Backend, QueueModel, open_backend
 from streamer.vision.postprocess import BlazeFace
@@ -136,3 +138,21 @@ def test_a_cache_path_that_cannot_be_read_is_a_config_error(
     monkeypatch.setenv("STREAMER_CACHE", str(tmp_path / ("x" * 300)))
     with pytest.raises(ConfigError, match=r"models\[0\]\.asset: cannot read .*File name too long"):
         load_chain(backend, load_config(ROOT / "configs" / "default.toml"))
+
+
+def test_a_damaged_asset_is_a_model_error_that_points_at_list_and_fetch(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A truncated cached model: the load error says how to find and repair it, and
+    ``models list`` shows it damaged."""
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    (cache / "models" / "blazeface_short_range.onnx").write_bytes(b"\x08\x07 truncated")
+    monkeypatch.setenv("STREAMER_CACHE", str(cache))
+    with pytest.raises(ModelError, match=r"cannot load .*`streamer models list` tells .* damaged"):
+        load_chain(backend, load_config(ROOT / "configs" / "default.toml"))
+    listed = CliRunner().invoke(main, ["models", "list"])
+    assert listed.exit_code == 0, listed.output
+    line = next(x for x in listed.output.splitlines() if " blazeface_short_range " in x)
+    assert line.split()[:3] == ["model", "blazeface_short_range", "damaged"]
+    assert "`streamer models fetch` makes the damaged and unverified ones again" in listed.output

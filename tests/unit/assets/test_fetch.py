@@ -1,8 +1,12 @@
+import shutil
 from pathlib import Path
 
+import onnxruntime as ort
 import pytest
 
+from streamer.assets import ASSETS, SPLITS, asset_path, asset_state
 from streamer.assets.fetch import _pip_error, fetch_assets
+from streamer.config import cache_dir
 from streamer.errors import AssetError
 
 
@@ -33,3 +37,53 @@ def test_pip_errors_are_summed_up_without_its_retry_noise() -> None:
     assert _pip_error("ERROR: No matching distribution found for x==9") == (
         "ERROR: No matching distribution found for x==9"
     )
+
+
+def _copy_model_into(root: Path, name: str) -> Path:
+    """A cache at ``root`` holding ``name``'s converted model and original, copied from the
+    session's cache without their digests (as an older version wrote them)."""
+    asset = next(a for a in ASSETS if a.name == name)
+    original = cache_dir() / "sources" / Path(asset.member).name
+    (root / "sources").mkdir(parents=True)
+    shutil.copy(original, root / "sources" / original.name)
+    (root / "models").mkdir()
+    return Path(shutil.copy(asset_path(asset), root / "models"))
+
+
+def test_a_damaged_or_unverified_model_is_converted_again_from_its_original(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    model = _copy_model_into(tmp_path, "blazeface_short_range")
+    asset = next(a for a in ASSETS if a.name == "blazeface_short_range")
+    assert asset_state(asset, tmp_path) == "unverified"
+    lines: list[str] = []
+    fetch_assets(root=tmp_path, names=[asset.name], report=lines.append)
+    assert lines == [f"ready {model} (converted again from its original)"]  # no download
+    assert asset_state(asset, tmp_path) == "ready"
+
+    model.write_bytes(model.read_bytes()[:1000])  # a full disk, a stray copy
+    assert asset_state(asset, tmp_path) == "damaged"
+    fetch_assets(root=tmp_path, names=[asset.name], report=lines.append)
+    assert asset_state(asset, tmp_path) == "ready"
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].shape[1:] == [3, 128, 128]
+
+
+def test_a_damaged_split_is_made_again_and_media_are_checked_against_their_pin(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    split = SPLITS[0]
+    _copy_model_into(tmp_path, split.source)
+    fetch_assets(root=tmp_path, names=[split.name])
+    assert asset_state(split, tmp_path) == "ready"
+    made = asset_path(split, tmp_path)
+    made.write_bytes(b"\0" * 100)
+    assert asset_state(split, tmp_path) == "damaged"
+    fetch_assets(root=tmp_path, names=[split.name])
+    assert asset_state(split, tmp_path) == "ready"
+
+    media = next(a for a in ASSETS if a.kind == "media")
+    assert asset_state(media, tmp_path) == "missing"
+    asset_path(media, tmp_path).parent.mkdir()
+    asset_path(media, tmp_path).write_bytes(b"not the clip")
+    assert asset_state(media, tmp_path) == "damaged"
