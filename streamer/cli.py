@@ -13,6 +13,7 @@ from streamer.config import Config, cache_dir, load_config
 from streamer.daemon import EXIT_FATAL, EXIT_USAGE, exit_daemon, run_daemon
 from streamer.errors import AssetError, ConfigError, ModelError, StreamerError
 from streamer.observability.logging import configure_logging
+from streamer.observability.native_output import native_output_logged
 
 __all__ = ["main"]
 
@@ -54,7 +55,9 @@ def run(config_path: Path, log_level: str | None, log_format: str | None) -> Non
     config = _load(config_path)
     daemon = config.daemon
     configure_logging(log_level or daemon.log_level, log_format or daemon.log_format)  # type: ignore[arg-type]
-    exit_daemon(run_daemon(config, config_path))
+    with native_output_logged():
+        code = run_daemon(config, config_path)
+    exit_daemon(code)
 
 
 @main.command()

@@ -6,6 +6,7 @@ for."""
 from __future__ import annotations
 
 import json
+import signal
 import struct
 import time
 import zlib
@@ -334,3 +335,37 @@ def _until_idle(client: Client, idle_s: float = 1.0, limit_s: float = 30.0) -> l
             break
         results += batch
     return results
+
+
+def test_native_library_lines_are_budgeted_log_events(
+    start_daemon: Any, connect: Any, astronaut: np.ndarray
+) -> None:
+    """libpng writes a raw ``libpng error`` line to standard error for each corrupt PNG: in
+    the daemon's log those become ``native_output`` events, at most 10 per 10 s, and no raw
+    line comes out."""
+    daemon = start_daemon()
+    client: Client = connect(daemon)
+    corrupt = bytearray(png(astronaut))
+    corrupt[100:110] = b"x" * 10  # inside IDAT: the deflate stream is broken, the CRC too
+    count = 40
+    for seq in range(count):
+        client.send_parts(encode_frame("corrupt", seq, bytes(corrupt), encoding="png"))
+    results = client.collect(count)
+    assert [r["error"]["reason"] for r in results] == ["decode_failed"] * count
+    assert daemon.stop() == 0
+    native = [e for e in daemon.logs if e.get("event") == "native_output"]
+    assert 1 <= len(native) <= 10 and all(e["level"] == "warning" for e in native)
+    assert native[0]["line"].startswith("libpng error:") and native[0]["suppressed"] == 0
+    assert not [e for e in daemon.logs if e.get("event") == "raw"]
+
+
+def test_a_fatal_signal_still_dumps_every_thread_to_standard_error(start_daemon: Any) -> None:
+    """With standard error a pipe read by a thread of the daemon, a dying process must not
+    leave its faulthandler dump in that pipe: the dump goes to the original standard error."""
+    daemon = start_daemon(env={"PYTHONFAULTHANDLER": "1"})
+    daemon.process.send_signal(signal.SIGABRT)
+    assert daemon.process.wait(30) == -signal.SIGABRT
+    daemon.close()
+    raw_lines = [e["line"] for e in daemon.logs if e.get("event") == "raw"]
+    assert "Fatal Python error: Aborted" in raw_lines, raw_lines[:5]
+    assert any(line.startswith("Thread 0x") for line in raw_lines)
