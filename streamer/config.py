@@ -429,7 +429,13 @@ class ModelConfig(_Strict):
     name: str
     path: Path | None = None
     asset: str | None = Field(None, description="a model fetched by `streamer models fetch`")
-    mode: Literal["auto", "queue", "async", "sync"] = "auto"
+    mode: Literal["auto", "queue", "async", "sync"] = Field(
+        "auto",
+        description="ACL execution mode: auto (queue for a static-shape model where queue mode "
+        "is available, else async; never sync), queue, async, or sync (debugging only: "
+        "acl.mdl.execute holds the GIL, stopping every other thread of the daemon for each "
+        "execution)",
+    )
     input: str = Field(
         "frame",
         description='"frame", "<stage>:crops", "<stage>:tensor" or "<stage>:tensor:<map>" '

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import time
 from pathlib import Path
@@ -185,14 +184,16 @@ def test_a_model_that_fails_to_release_is_logged_and_everything_else_is_released
     assert not [e for e in daemon.logs if e.get("event") == "raw" and "Traceback" in e["line"]]
 
 
-@pytest.mark.parametrize("mode", ["queue", "async", "sync"])
+@pytest.mark.parametrize("mode", ["queue", "async"])
 def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
     mode: str, start_daemon: Any, tmp_path: Path, assets: dict[str, Path]
 ) -> None:
     """SIGTERM while executions hang on the device: the model is abandoned instead of freeing
     the memory they use (the simulator reports such a use-after-free as
     ``acl_sim_task_failed``), the device is neither synchronised nor reset, and the daemon
-    logs its final counts and exits 1 without waiting the executions out."""
+    logs its final counts and exits 1 without waiting the executions out. Not sync mode:
+    pyACL's ``acl.mdl.execute`` holds the GIL, so a hung one stops the whole process until
+    the watchdog ends it; the simulator, which does not hold the GIL, cannot show that."""
     settings = backend_settings(f"acl-sim-{mode}", assets["blazeface_short_range"], tmp_path)
     daemon = start_daemon(
         **settings,
@@ -208,12 +209,6 @@ def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
     assert abandoned["mode"] == mode and abandoned["device"] == 0
     assert "acl_device_abandoned" in events and "acl_finalize_skipped" in events
     assert "acl_sim_task_failed" not in events
-    if mode == "sync":  # its enqueue thread is still inside acl.mdl.execute
-        assert "exit_forced" in events
-        stuck = next(e for e in daemon.logs if e.get("event") == "threads_stuck")
-        assert any(re.fullmatch(r"enqueue-face-0/\d+", t) for t in stuck["threads"])
-        forced = next(e for e in daemon.logs if e.get("event") == "exit_forced")
-        assert any(re.fullmatch(r"enqueue-face-0/\d+", t) for t in forced["threads"])
     final = daemon.final_counts()
     assert final["drained"] is False and final["received"] == 3
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]

@@ -53,7 +53,7 @@ from streamer.runtime.acl.options import (
     parse_model_options,
     parse_options,
 )
-from streamer.runtime.acl.tdt import TdtQueueApi, create_model_queues
+from streamer.runtime.acl.tdt import TdtQueueApi, create_model_queues, queue_prefix
 from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.acl.withq import WithQLoader
 from streamer.runtime.base import Backend, ModelSpec
@@ -72,6 +72,11 @@ _UNSUPPORTED = frozenset(
     }
 )
 """WithQ load failures that mean "not on this file or chip": auto mode falls back to async."""
+
+REPORT_THREADS_RECOMMENDED = 32
+"""Most callback threads subscribed in one process that ``aclrtSubscribeReport``'s doc
+recommends (the limit is 1024, 128 on Atlas 200/300/500; RT ``python/docs/zh/api_ref/runtime/
+control/function-subscribe_report.md``, reference/pyacl.md §2). Each async model has one."""
 
 _MISSING_ACL = (
     'runtime.backend = "acl" needs pyACL (the `acl` module of the CANN toolkit), which cannot '
@@ -270,7 +275,8 @@ class AclBackend(Backend):
         teardown = Teardown()
         try:
             with teardown.on_error():
-                queues = create_model_queues(tdt, spec.name, options.queue_depth, *counts, teardown)
+                prefix = queue_prefix(spec.name, device.device_id, *counts)
+                queues = create_model_queues(tdt, prefix, options.queue_depth, *counts, teardown)
                 loaded = load_model(
                     self._acl,
                     spec.name,
@@ -317,6 +323,17 @@ class AclBackend(Backend):
     def _register(self, model: AclModel) -> AclModel:
         with self._lock:
             self._models.add(model)
+            report_threads = sum(isinstance(m, AsyncModel) for m in self._models)
+        if isinstance(model, AsyncModel) and report_threads > REPORT_THREADS_RECOMMENDED:
+            _log.warning(
+                "acl_report_threads_over_recommended",
+                model=model.info.name,
+                report_threads=report_threads,
+                recommended=REPORT_THREADS_RECOMMENDED,
+                detail="each async replica subscribes its own callback thread; the ACL docs "
+                "recommend at most 32 per process (the limit is 1024, 128 on Atlas "
+                "200/300/500): lower replicas or devices of async stages, or use queue mode",
+            )
         _log.info(
             "acl_model_loaded",
             model=model.info.name,

@@ -10,6 +10,19 @@ raises: an error is recorded and re-raised by ``dequeue``). ``execute_async`` re
 Batches not covered by a callback yet (the interval is not full) are finished by the dequeue
 thread once the oldest has waited ``callback_flush_ms``: it synchronises the stream with a
 timeout, which also drains every earlier callback (they block the stream), so order is kept.
+
+A callback carries no status (pyACL ``rt/rt_synchronize.cpp`` calls ``fn(user_data)``), and
+one queued behind a task that failed on the device may never run: under
+``ACL_STOP_ON_FAILURE`` the stream stops the tasks after a failed one (HA
+``CANNCommunityEdition/900/programug/acldevg/runtime_doc_dev_0017.html``). So a covered batch
+not finished ``result_timeout_ms`` after its enqueue is settled the same way: the stream is
+synchronised; if it is idle, its code says how every batch still in flight ended (0: finished;
+another code, e.g. ``ACL_ERROR_RT_AICORE_EXCEPTION``: they fail with ``inference_failed``,
+as a failed execution does, and the model goes on); if it is still busy after the dequeue's
+timeout, the execution hangs and the model raises :class:`BackendError`, as queue mode does
+for an output that never comes. Under the default ``ACL_CONTINUE_ON_FAILURE`` the callback
+after a failed task runs, and nothing tells its batches from good ones short of synchronising
+the stream after each execution.
 Close: ``synchronize_stream`` → ``unsubscribe_report`` → stop and join the callback thread →
 release batches and memory → unload; a stream that does not synchronise within
 ``result_timeout_ms`` (a hung execution) leaves the model abandoned instead
@@ -98,24 +111,43 @@ class AsyncModel(DatasetModel):
             self._callback_error = exc
 
     def _flush_due(self, head: Batch) -> bool:
-        if head.done or head.covered:
+        if head.done:
             return False
-        waited_ms = (time.monotonic_ns() - head.start_ns) / 1e6
-        return waited_ms >= self._options.callback_flush_ms
+        options = self._options
+        limit_ms = options.result_timeout_ms if head.covered else options.callback_flush_ms
+        return (time.monotonic_ns() - head.start_ns) / 1e6 >= limit_ms
 
-    def _flush(self, timeout_ms: int) -> None:
-        with self._submit_lock:
-            batches, self._uncovered = self._uncovered, []
-            for batch in batches:
+    def _flush(self, head: Batch, timeout_ms: int) -> None:
+        """Synchronise the stream for at most ``timeout_ms`` and settle every batch in flight
+        by its code (module docstring).
+
+        Raises:
+            BackendError: ``head``'s callback is overdue and the stream is still busy.
+        """
+        overdue = head.covered
+        with self._submit_lock:  # nothing is submitted between the snapshot and the sync
+            uncovered, self._uncovered = self._uncovered, []
+            for batch in uncovered:
                 batch.covered = True
+            batches = self._unsettled()
         ret = self._acl.rt.synchronize_stream_with_timeout(self._stream, timeout_ms)
         if ret == AclCode.ERROR_RT_STREAM_SYNC_TIMEOUT:
+            if overdue:
+                waited_ms = (time.monotonic_ns() - head.start_ns) / 1e6
+                raise BackendError(
+                    f"model {self.info.name!r}: no callback for a batch enqueued "
+                    f"{waited_ms:.0f} ms ago and its stream is still busy (a hung execution)"
+                )
             with self._submit_lock:
-                for batch in batches:
+                for batch in uncovered:
                     batch.covered = False
-                self._uncovered[:0] = batches
+                self._uncovered[:0] = uncovered
             return
-        check_ret(ret, "acl.rt.synchronize_stream_with_timeout")
+        if ret:
+            error = AclError(ret, code_name(ret), "acl.rt.synchronize_stream_with_timeout")
+            _log.error("acl_stream_task_failed", model=self.info.name, code=ret, name=error.name)
+            self._fail_all(batches, inference_error(str(error)))
+            return
         self._finish(batches)
 
     def _check_health(self) -> None:

@@ -185,8 +185,12 @@ class AclModel(QueueModel):
 
     def _release(self) -> bool:
         """Run the releases on a thread of their own, with the device's context, waiting
-        ``result_timeout_ms`` for them: an unload waits for the model's executions, and one
-        that hangs on the device would hold the stop without end.
+        ``result_timeout_ms`` for them. The wait can end only while the releasing thread is
+        in a call that releases the GIL: a tdt queue call through ctypes. ``acl.mdl.unload``
+        (which waits for the model's executions), ``acl.rt.free`` and the other pyACL
+        releases hold it (RT ``python/pyACL/mdl/mdl_wrap.cpp``), so one of them that hangs
+        stops every Python thread until it returns, this wait included; the systemd watchdog
+        then ends the process.
 
         Returns:
             False when they did not end in time (the thread is left in the hung call).

@@ -75,7 +75,8 @@ class Batch:
         error: set when it failed; its outputs are not read.
         end_ns: when it finished.
         done: finished (successfully or not); guarded by the model's condition.
-        covered: async: a callback (or a flush) will report it.
+        covered: async: a callback (or a flush) will report it; one covered that is not done
+            ``result_timeout_ms`` after its enqueue is settled by a stream synchronisation.
     """
 
     size: int
@@ -169,8 +170,9 @@ class DatasetModel(AclModel):
         """Whether the dequeue thread must synchronise to finish ``head`` (async only)."""
         return False
 
-    def _flush(self, timeout_ms: int) -> None:
-        """Finish uncovered batches by synchronising the stream (async only)."""
+    def _flush(self, head: Batch, timeout_ms: int) -> None:
+        """Settle ``head`` (and the batches in flight with it) by synchronising the stream,
+        waiting at most ``timeout_ms`` (async only)."""
 
     def _check_health(self) -> None:
         """Raise if the mode can no longer produce results (async: callback thread died)."""
@@ -181,12 +183,27 @@ class DatasetModel(AclModel):
             self._cond.notify_all()
 
     def _finish(self, batches: Sequence[Batch]) -> None:
+        """Mark the batches of ``batches`` not done yet finished successfully."""
         now = time.monotonic_ns()
         with self._cond:
             for batch in batches:
-                batch.end_ns = now
-                batch.done = True
+                if not batch.done:
+                    batch.end_ns = now
+                    batch.done = True
             self._cond.notify_all()
+
+    def _fail_all(self, batches: Sequence[Batch], error: FrameError) -> None:
+        """Mark the batches of ``batches`` not done yet failed with ``error``."""
+        with self._cond:
+            for batch in batches:
+                if not batch.done:
+                    batch.fail(error)
+            self._cond.notify_all()
+
+    def _unsettled(self) -> list[Batch]:
+        """The batches in flight not done yet, oldest first."""
+        with self._cond:
+            return [batch for batch in self._in_flight if not batch.done]
 
     def _prepare(self, inputs: Sequence[Tensor]) -> Batch:
         batch = Batch(int(inputs[0].shape[0]), time.monotonic_ns())
@@ -288,7 +305,7 @@ class DatasetModel(AclModel):
                 if head is None or not self._flush_due(head):
                     self._cond.wait(min(remaining, _POLL_S))
                     continue
-            self._flush(max(1, int(remaining * 1000)))
+            self._flush(head, max(1, int(remaining * 1000)))
 
     def _read(self, batch: Batch) -> tuple[np.ndarray, ...]:
         outputs = []

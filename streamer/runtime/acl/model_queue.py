@@ -263,7 +263,8 @@ class QueueModeModel(AclModel):
         self._tickets.clear()
         self._received = []
         self._handed.release_all()
-        return True  # the model's executions end with its unload, which waits for them
+        # The model's executions end with its unload, which waits for them holding the GIL.
+        return True
 
 
 def _nbytes(tensor: AclDeviceTensor) -> int:

@@ -99,9 +99,10 @@ class ModelOptions(_Strict):
     result_timeout_ms: PositiveCInt = Field(
         default=10_000,
         description="queue: longest wait for a batch's outputs before the model is declared "
-        "broken; async: longest stream "
-        "synchronisation at close; every mode: longest release of a closing model, past which "
-        "it is abandoned (ms)",
+        "broken; async: longest wait for a batch's callback before the stream's status "
+        "settles it, and longest stream synchronisation at close; every mode: longest release "
+        "of a closing model, past which it is abandoned, where the release does not hold the "
+        "GIL (ms)",
     )
 
 
@@ -137,9 +138,20 @@ class SimOptions(_Strict):
         description="what a tdt call with timeout > 0 returns on expiry (undocumented): "
         "207013/207014, or 507012",
     )
+    report_timeout_code: Literal["report_timeout", "wait_callback_timeout"] = Field(
+        default="report_timeout",
+        description="what acl.rt.process_report returns when no callback came in time: "
+        "507012 (current CANN), or 100036 ACL_ERROR_WAIT_CALLBACK_TIMEOUT (older releases)",
+    )
     fail_every_n_executes: PositiveCInt | None = Field(
         default=None,
         description="fault: every Nth model execution fails (ACL_ERROR_GE_FAILURE)",
+    )
+    task_fail_every_n_executes: PositiveCInt | None = Field(
+        default=None,
+        description="fault: every Nth acl.mdl.execute_async is accepted, then fails on the "
+        "device: its stream drops the tasks after it (their callbacks never run) until a "
+        "synchronisation has returned ACL_ERROR_RT_AICORE_EXCEPTION (507015)",
     )
     device_lost_after_n_executes: dict[_DeviceId, PositiveCInt] = Field(
         default_factory=dict,

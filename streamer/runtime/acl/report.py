@@ -34,7 +34,11 @@ __all__ = ["ReportThread"]
 _log = structlog.get_logger(__name__)
 _START_TIMEOUT_S = 10.0
 _JOIN_TIMEOUT_S = 10.0
-_OK = (AclCode.SUCCESS, AclCode.ERROR_RT_REPORT_TIMEOUT)
+_OK = (AclCode.SUCCESS, AclCode.ERROR_RT_REPORT_TIMEOUT, AclCode.ERROR_WAIT_CALLBACK_TIMEOUT)
+"""What ``process_report`` returns when a turn ends normally: a callback ran, or none came in
+time. The timeout code is ``ACL_ERROR_RT_REPORT_TIMEOUT`` (507012) in current CANN, and
+``ACL_ERROR_WAIT_CALLBACK_TIMEOUT`` (100036) in older releases (deprecated in favour of 507012:
+RT ``docs/api_docs/aclError.md``; MindSpore's callback thread accepts both)."""
 
 
 class ReportThread:

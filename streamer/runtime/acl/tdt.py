@@ -10,6 +10,7 @@ Teardown order: destroy the queues, then the attribute.
 from __future__ import annotations
 
 import ctypes
+import itertools
 from typing import Any
 
 import structlog
@@ -18,9 +19,12 @@ from streamer.runtime.acl.constants import QUEUE_NAME_MAX_BYTES, QueueAttr
 from streamer.runtime.acl.errors import check_handle, check_ret
 from streamer.runtime.acl.teardown import Teardown
 
-__all__ = ["TdtQueueApi", "create_model_queues"]
+__all__ = ["TdtQueueApi", "create_model_queues", "queue_prefix"]
 
 _log = structlog.get_logger(__name__)
+
+_SERIALS = itertools.count()
+"""Numbers the sets of queues this process creates, so no two replicas share a name."""
 
 _P = ctypes.c_void_p
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -144,11 +148,24 @@ class TdtQueueApi:
         return int(ret), written.value
 
 
+def queue_prefix(model: str, device: int, inputs: int, outputs: int) -> str:
+    """``<model>.d<device>.r<serial>``: a name prefix no other set of queues of this process
+    has (replicas of one model, on one device or several), with the model name cut (at a
+    character boundary) so that the longest queue name, ``<prefix>.in<i>`` /
+    ``<prefix>.out<i>``, fits the 128 bytes of a queue name, NUL included
+    (:data:`~streamer.runtime.acl.constants.QUEUE_NAME_MAX_BYTES`)."""
+    tail = f".d{device}.r{next(_SERIALS)}"
+    suffix = max(len(f".in{inputs - 1}"), len(f".out{outputs - 1}"))
+    budget = QUEUE_NAME_MAX_BYTES - 1 - len(tail) - suffix
+    return model.encode()[:budget].decode(errors="ignore") + tail
+
+
 def create_model_queues(
-    api: TdtQueueApi, name: str, depth: int, inputs: int, outputs: int, teardown: Teardown
+    api: TdtQueueApi, prefix: str, depth: int, inputs: int, outputs: int, teardown: Teardown
 ) -> tuple[list[int], list[int]]:
-    """One attribute, then one queue per model input and output, named ``<name>.in<i>`` /
-    ``<name>.out<i>``; releases are pushed on ``teardown``.
+    """One attribute, then one queue per model input and output, named ``<prefix>.in<i>`` /
+    ``<prefix>.out<i>`` (``prefix`` from :func:`queue_prefix`); releases are pushed on
+    ``teardown``.
 
     Returns:
         ``(input queue ids, output queue ids)``.
@@ -159,7 +176,6 @@ def create_model_queues(
     attr = api.create_attr()
     teardown.push("acltdtDestroyQueueAttr", api.destroy_attr, attr)
     api.set_depth(attr, depth)
-    prefix = name[: QUEUE_NAME_MAX_BYTES - 16]
 
     def create(suffix: str) -> int:
         api.set_name(attr, f"{prefix}.{suffix}")

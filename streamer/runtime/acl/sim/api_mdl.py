@@ -14,6 +14,7 @@ from streamer.runtime.acl.sim.api_aipp import build_aipp
 from streamer.runtime.acl.sim.binding import SimError
 from streamer.runtime.acl.sim.cfunc import CFunction, SimLibrary
 from streamer.runtime.acl.sim.image import DynamicKind, TensorDesc
+from streamer.runtime.acl.sim.streams import TaskFault
 
 if TYPE_CHECKING:
     from streamer.runtime.acl.sim.simulator import Simulator
@@ -267,14 +268,19 @@ def _execution(sim: Simulator, mdl: ModuleType) -> None:
         if sim.faults.execution_fails(model.device):
             raise SimError(AclCode.ERROR_GE_FAILURE, None, "injected execution failure")
         sim.models.begin_async(model, stream)
+        fails_on_device = sim.faults.task_fails()
 
         def task() -> None:
             try:
+                if fails_on_device:
+                    raise TaskFault(
+                        AclCode.ERROR_RT_AICORE_EXCEPTION, None, "injected failure on the device"
+                    )
                 sim.models.run(model, in_buffers, out_buffers)
             finally:
                 sim.models.end_async(model)
 
-        target.submit(task)
+        target.submit(task, on_drop=lambda: sim.models.end_async(model))
         return 0
 
     export(mdl, "acl.mdl.execute", "Ikk", "ret", execute)

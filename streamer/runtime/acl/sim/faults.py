@@ -1,5 +1,6 @@
-"""Failures injected on request (``[runtime.options.sim]``): failed or slow executions, a full
-tdt queue, or any API returning a chosen code."""
+"""Failures injected on request (``[runtime.options.sim]``): failed or slow executions, an
+asynchronous execution that fails on the device, a full tdt queue, or any API returning a
+chosen code."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ class Faults:
     """Counters and switches of the injected failures; thread-safe.
 
     Args:
-        options: ``fail_every_n_executes``, ``device_lost_after_n_executes``,
-            ``execute_delay_ms``, ``queue_full_every_n_enqueues`` and ``fail_calls``.
+        options: ``fail_every_n_executes``, ``task_fail_every_n_executes``,
+            ``device_lost_after_n_executes``, ``execute_delay_ms``,
+            ``queue_full_every_n_enqueues`` and ``fail_calls``.
     """
 
     def __init__(self, options: SimOptions) -> None:
@@ -26,6 +28,7 @@ class Faults:
         self._executions = 0
         self._per_device: Counter[int] = Counter()
         self._enqueues = 0
+        self._async_executions = 0
 
     def injected_code(self, api: str) -> int | None:
         """The code every call of ``api`` returns (``fail_calls``), or None."""
@@ -43,6 +46,14 @@ class Faults:
             if lost_after is not None and self._per_device[device] > lost_after:
                 return True
             return every is not None and self._executions % every == 0
+
+    def task_fails(self) -> bool:
+        """Count one accepted ``execute_async``; True for every
+        ``task_fail_every_n_executes``-th (its task fails on the device)."""
+        every = self._options.task_fail_every_n_executes
+        with self._lock:
+            self._async_executions += 1
+            return every is not None and self._async_executions % every == 0
 
     def delay_execution(self) -> None:
         """Sleep ``execute_delay_ms`` (the simulated execution time)."""

@@ -239,6 +239,11 @@ class SimQueues:
         if scheduler is not None:
             scheduler.join()
 
+    def names(self) -> dict[int, str]:
+        """The name of every live queue, by queue id."""
+        with self._cond:
+            return {qid: queue.name for qid, queue in self._queues.items()}
+
     def live(self) -> dict[str, list[int]]:
         """Queues and queue attributes not destroyed."""
         with self._cond:

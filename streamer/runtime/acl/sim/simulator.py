@@ -78,7 +78,7 @@ class Simulator:
         self.devices = SimDevices(count)
         self.callback_errors: list[BaseException] = []
         self.problems: list[str] = []
-        self.reports = Reports(self.callback_errors.append)
+        self.reports = Reports(self.callback_errors.append, self._report_timeout_code())
         self.threads = SimThreads()
         self.models = SimModels(
             self.memory,
@@ -208,6 +208,13 @@ class Simulator:
         acl.op = build_op(self)
         acl.util = build_util(self)
         return acl
+
+    def _report_timeout_code(self) -> int:
+        codes = {
+            "report_timeout": AclCode.ERROR_RT_REPORT_TIMEOUT,
+            "wait_callback_timeout": AclCode.ERROR_WAIT_CALLBACK_TIMEOUT,
+        }
+        return int(codes[self.options.report_timeout_code])
 
     def _timeouts(self) -> QueueTimeouts:
         expiry = {"empty_full": None, "report_timeout": AclCode.ERROR_RT_REPORT_TIMEOUT}

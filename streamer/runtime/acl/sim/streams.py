@@ -4,7 +4,13 @@ reports that ``launch_callback`` sends to the thread subscribed to a stream.
 Rules (reference/pyacl.md §2, §6 and §9; seeds "接口调用流程" of async inference):
     S12: tasks run after the call that submitted them returns; outputs are valid only after
         ``synchronize_stream``. A task that fails (e.g. it reads memory freed in the meantime)
-        makes the next synchronisation return its code.
+        makes the next synchronisation return its code. A task that raises :class:`TaskFault`
+        (the ``task_fail_every_n_executes`` fault) also stops the stream: the tasks after it
+        are dropped, so their callbacks never run, as under ``ACL_STOP_ON_FAILURE`` (HA
+        ``CANNCommunityEdition/900/programug/acldevg/runtime_doc_dev_0017.html``). There the
+        stream takes no task after the failure; the simulator runs tasks again once a
+        synchronisation has returned the failure's code, so a model's later batches can be
+        tested.
     S19: ``launch_callback`` on a stream no thread is subscribed to returns
         ``ACL_ERROR_RT_STREAM_NO_CB_REG`` (107015).
     S20: a stream has at most one subscribed thread (``ACL_ERROR_REPEAT_SUBSCRIBE``); a thread
@@ -13,9 +19,15 @@ Rules (reference/pyacl.md §2, §6 and §9; seeds "接口调用流程" of async 
     S21: a callback runs as ``fn(user_data)`` only on the subscribed thread, inside its
         ``process_report``; ``-1`` waits forever, ``> 0`` returns
         ``ACL_ERROR_RT_REPORT_TIMEOUT`` after that many ms. A thread that is not subscribed
-        gets ``ACL_ERROR_THREAD_NOT_SUBSCRIBE``; one unsubscribed while it waits gets the
-        timeout code. With ``ACL_CALLBACK_BLOCK`` the stream waits until the callback has
-        returned.
+        gets ``ACL_ERROR_RT_THREAD_SUBSCRIBE`` (107012: RT ``src/runtime``,
+        ``CbSubscribe::GetGroupIdByThreadId`` returns ``RT_ERROR_SUBSCRIBE_THREAD``, which
+        ``src/runtime/core/src/common/errcode_manage.cc`` maps to 107012; the ``ProcessReport_01``
+        unit test of the runtime expects it); one unsubscribed while it waits gets the timeout
+        code. The timeout code is ``ACL_ERROR_RT_REPORT_TIMEOUT`` (507012), or with
+        ``report_timeout_code = "wait_callback_timeout"`` the one older CANN releases return,
+        ``ACL_ERROR_WAIT_CALLBACK_TIMEOUT`` (100036, deprecated in favour of 507012: RT
+        ``docs/api_docs/aclError.md``). With ``ACL_CALLBACK_BLOCK`` the stream waits until
+        the callback has returned.
 """
 
 from __future__ import annotations
@@ -30,11 +42,21 @@ from typing import Any
 from streamer.runtime.acl.constants import AclCode, CallbackBlock
 from streamer.runtime.acl.sim.binding import SimError
 
-__all__ = ["Reports", "SimStream"]
+__all__ = ["Reports", "SimStream", "TaskFault"]
 
 _MAX_REPORT_THREADS = 1024
 _POLL_S = 0.05
 _DESTROY_WAIT_S = 5.0
+
+
+class TaskFault(SimError):
+    """A task that failed on the device and stops the tasks queued behind it (S12)."""
+
+
+@dataclass(eq=False)
+class _Task:
+    run: Callable[[], None]
+    on_drop: Callable[[], None] | None
 
 
 class SimStream:
@@ -55,19 +77,21 @@ class SimStream:
         self.context = context
         self._on_error = on_error
         self._cond = threading.Condition()
-        self._tasks: deque[Callable[[], None]] = deque()
+        self._tasks: deque[_Task] = deque()
         self._pending = 0
         self._error: SimError | None = None
+        self._stopped = False  # a TaskFault: tasks are dropped until a sync reads it
         self._closed = False
         self._worker = threading.Thread(
             target=self._run, name=f"acl-sim-stream-{handle:x}", daemon=True
         )
         self._worker.start()
 
-    def submit(self, task: Callable[[], None]) -> None:
-        """Queue ``task``; it runs after every task submitted before it."""
+    def submit(self, task: Callable[[], None], on_drop: Callable[[], None] | None = None) -> None:
+        """Queue ``task``; it runs after every task submitted before it. ``on_drop`` runs
+        instead if the stream is stopped by a failed task (S12)."""
         with self._cond:
-            self._tasks.append(task)
+            self._tasks.append(_Task(task, on_drop))
             self._pending += 1
             self._cond.notify_all()
 
@@ -85,6 +109,7 @@ class SimStream:
                     return int(AclCode.ERROR_RT_STREAM_SYNC_TIMEOUT)
                 self._cond.wait(remaining)
             error, self._error = self._error, None
+            self._stopped = False
         return 0 if error is None else error.code
 
     def destroy(self) -> None:
@@ -98,17 +123,27 @@ class SimStream:
 
     def _run(self) -> None:
         while (task := self._next()) is not None:
-            try:
-                task()
-            except SimError as err:
-                self._on_error(err)
-                with self._cond:
-                    self._error = self._error or err
+            with self._cond:
+                stopped = self._stopped
+            if stopped:
+                if task.on_drop is not None:
+                    task.on_drop()
+            else:
+                self._execute(task)
             with self._cond:
                 self._pending -= 1
                 self._cond.notify_all()
 
-    def _next(self) -> Callable[[], None] | None:
+    def _execute(self, task: _Task) -> None:
+        try:
+            task.run()
+        except SimError as err:
+            self._on_error(err)
+            with self._cond:
+                self._error = self._error or err
+                self._stopped = self._stopped or isinstance(err, TaskFault)
+
+    def _next(self) -> _Task | None:
         with self._cond:
             while not self._tasks and not self._closed:
                 self._cond.wait()
@@ -133,10 +168,14 @@ class Reports:
     Args:
         on_callback_error: called with an exception a callback raised (pyACL logs and
             swallows it: RT ``rt/rt_synchronize.cpp`` ``LaunchCallFunc``).
+        timeout_code: what ``process_report`` returns when no callback came in time (S21).
     """
 
-    def __init__(self, on_callback_error: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self, on_callback_error: Callable[[BaseException], None], timeout_code: int
+    ) -> None:
         self._on_callback_error = on_callback_error
+        self._timeout_code = timeout_code
         self._cond = threading.Condition()
         self._subscribers: dict[int, int] = {}
         self._thread_device: dict[int, int] = {}
@@ -210,22 +249,23 @@ class Reports:
         """``acl.rt.process_report`` on the calling thread: run one waiting callback.
 
         Returns:
-            0 after a callback ran, ``ACL_ERROR_RT_REPORT_TIMEOUT`` when none came in time.
+            0 after a callback ran, the timeout code when none came in time (S21).
 
         Raises:
-            SimError: the calling thread is not subscribed (S21).
+            SimError: the calling thread is not subscribed (``ACL_ERROR_RT_THREAD_SUBSCRIBE``,
+                S21).
         """
         thread_id = threading.get_ident()
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         with self._cond:
             queue = self._queues.get(thread_id)
             if queue is None:
-                raise SimError(AclCode.ERROR_THREAD_NOT_SUBSCRIBE, "S21", "not subscribed")
+                raise SimError(AclCode.ERROR_RT_THREAD_SUBSCRIBE, "S21", "not subscribed")
             while not queue:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 unsubscribed = self._queues.get(thread_id) is not queue
                 if unsubscribed or (remaining is not None and remaining <= 0):
-                    return int(AclCode.ERROR_RT_REPORT_TIMEOUT)
+                    return self._timeout_code
                 self._cond.wait(remaining)
             report = queue.popleft()
         self._run(report)

@@ -227,3 +227,52 @@ def test_a_dead_callback_thread_stops_the_model(
         model.close()
     backend.close()
     assert backend.abandoned_devices == [0]
+
+
+def test_an_execution_failed_on_the_device_fails_its_batch_without_its_callback(
+    make_backend: MakeBackend, dynamic_model: Path, frames: list[np.ndarray], reference: Reference
+) -> None:
+    """The third execute_async fails on the device and its stream drops its callback: the
+    batch fails once ``result_timeout_ms`` passed, with the code the stream reports; the
+    other replica's batches, and the replica's next batch, come out right."""
+    backend = make_backend(result_timeout_ms=300, sim={"task_fail_every_n_executes": 3})
+    first, second = (
+        backend.load(ModelSpec("face", dynamic_model, mode="async", max_in_flight=4))
+        for _ in range(2)
+    )
+    batch = blazeface_input(frames[:2])
+    for model in (first, second, first, second):  # the third execution fails
+        model.enqueue([batch])
+    for done in (second.dequeue(5000), second.dequeue(5000), first.dequeue(5000)):
+        assert done is not None and done.error is None
+        assert_close(done.outputs, reference(batch))
+    failed = first.dequeue(5000)
+    assert failed is not None and failed.outputs is None and failed.error is not None
+    assert failed.error.reason == "inference_failed"
+    assert "ACL_ERROR_RT_AICORE_EXCEPTION (507015)" in failed.error.detail
+    first.enqueue([batch])
+    assert (done := first.dequeue(5000)) is not None and done.error is None
+    assert_close(done.outputs, reference(batch))
+    first.close()
+    second.close()
+
+
+def test_older_releases_callback_timeout_code_is_no_report_yet(
+    make_backend: MakeBackend, dynamic_model: Path, frames: list[np.ndarray], reference: Reference
+) -> None:
+    """Older CANN releases end an empty ``process_report`` turn with 100036, not 507012: the
+    callback thread goes on and the batches come out."""
+    backend = make_backend(
+        report_timeout_ms=10, sim={"report_timeout_code": "wait_callback_timeout"}
+    )
+    model = backend.load(ModelSpec("face", dynamic_model, mode="async"))
+    log = backend.simulator.log
+    while AclCode.ERROR_WAIT_CALLBACK_TIMEOUT not in [
+        c.result for c in log.calls("acl.rt.process_report")
+    ]:
+        time.sleep(0.01)  # until the callback thread had a turn without a callback
+    batch = blazeface_input(frames[:1])
+    model.enqueue([batch])
+    assert (done := model.dequeue(5000)) is not None and done.error is None
+    assert_close(done.outputs, reference(batch))
+    model.close()

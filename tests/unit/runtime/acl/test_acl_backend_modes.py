@@ -17,8 +17,11 @@ from acl_testing import (
     run_threads,
     tiny_model,
 )
+from structlog.testing import capture_logs
 
 from streamer.errors import ModelError
+from streamer.runtime.acl.backend import REPORT_THREADS_RECOMMENDED
+from streamer.runtime.acl.constants import QUEUE_NAME_MAX_BYTES
 from streamer.runtime.acl.model_async import AsyncModel
 from streamer.runtime.acl.model_queue import QueueModeModel
 from streamer.runtime.acl.model_sync import SyncModel
@@ -241,3 +244,41 @@ def test_configured_gears_narrow_the_model_gears(
         done = model.dequeue(5000)
         assert done is not None and done.error is not None
         assert "not one of the model's gears [1, 4]" in done.error.detail
+
+
+def test_queue_names_are_unique_per_device_and_replica(
+    make_backend: MakeBackend, static4_model: Path, frames: list[np.ndarray], reference: Reference
+) -> None:
+    """Two replicas on device 0 and one on device 1, under a name too long for a queue: every
+    queue gets its own name, within the 128 bytes (NUL included) a queue name may have."""
+    name = "face-" + "é" * 100  # 205 bytes in UTF-8
+    backend = make_backend(devices=(0, 1))
+    models = [
+        backend.load(ModelSpec(name, static4_model, device=device, mode="queue"))
+        for device in (0, 0, 1)
+    ]
+    names = list(backend.simulator.queues.names().values())
+    assert len(set(names)) == len(names) == 3 * (1 + 2), "BlazeFace: one input, two outputs"
+    assert all(len(n.encode()) < QUEUE_NAME_MAX_BYTES and n.startswith("face-éé") for n in names)
+    batch = blazeface_input(frames[:4])
+    for model in models:
+        model.enqueue([batch])
+        assert (done := model.dequeue(5000)) is not None
+        assert_close(done.outputs, reference(batch))
+        model.close()
+
+
+def test_more_callback_threads_than_recommended_are_logged(
+    make_backend: MakeBackend, make_model: MakeModel, tmp_path: Path
+) -> None:
+    manifest = {"input_shape": {"x": [1, 3, 8, 8]}}
+    path = make_model("relu_1x8", manifest, tiny_model(tmp_path / "relu.onnx"))
+    backend = make_backend()
+    models = []
+    with capture_logs() as logs:
+        for _ in range(REPORT_THREADS_RECOMMENDED + 1):
+            models.append(backend.load(ModelSpec("relu", path, mode="async")))
+    warnings = [e for e in logs if e["event"] == "acl_report_threads_over_recommended"]
+    assert [w["report_threads"] for w in warnings] == [REPORT_THREADS_RECOMMENDED + 1]
+    for model in models:
+        model.close()

@@ -77,7 +77,7 @@ def test_s21_callbacks_run_on_the_subscribed_thread(sim: Simulator) -> None:
 def test_s21_process_report_timeouts_and_subscription(sim: Simulator) -> None:
     open_device(sim)
     stream, _ = sim.acl.rt.create_stream()
-    assert sim.acl.rt.process_report(10) == AclCode.ERROR_THREAD_NOT_SUBSCRIBE
+    assert sim.acl.rt.process_report(10) == AclCode.ERROR_RT_THREAD_SUBSCRIBE == 107012
     me = threading.get_ident()
     assert sim.acl.rt.subscribe_report(me, stream) == 0
     started = time.monotonic()
@@ -90,6 +90,17 @@ def test_s21_process_report_timeouts_and_subscription(sim: Simulator) -> None:
     assert sim.acl.rt.unsubscribe_report(me, stream) == 0
     assert sim.acl.rt.destroy_stream(stream) == 0
     assert rules(sim) == ["S21"]
+
+
+def test_s21_older_releases_time_out_with_wait_callback_timeout() -> None:
+    sim = Simulator(SimOptions(report_timeout_code="wait_callback_timeout"))
+    open_device(sim)
+    stream, _ = sim.acl.rt.create_stream()
+    me = threading.get_ident()
+    assert sim.acl.rt.subscribe_report(me, stream) == 0
+    assert sim.acl.rt.process_report(10) == AclCode.ERROR_WAIT_CALLBACK_TIMEOUT == 100036
+    assert sim.acl.rt.unsubscribe_report(me, stream) == 0
+    assert sim.acl.rt.destroy_stream(stream) == 0
 
 
 def test_a_callback_that_raises_is_swallowed_and_recorded(sim: Simulator) -> None:
