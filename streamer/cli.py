@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
+import structlog
 
 from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state, fetch_assets
 from streamer.config import Config, cache_dir, load_config
 from streamer.daemon import EXIT_FATAL, EXIT_USAGE, exit_daemon, run_daemon
 from streamer.errors import AssetError, ConfigError, ModelError, StreamerError
-from streamer.observability.logging import configure_logging
+from streamer.observability.logging import LogFormat, configure_logging, renders_json
 from streamer.observability.native_output import native_output_logged
 
 __all__ = ["main"]
@@ -52,12 +54,27 @@ def run(config_path: Path, log_level: str | None, log_format: str | None) -> Non
     Exit codes: 0 clean stop, 1 fatal error (backend, address in use, failed release),
     2 bad config or model.
     """
-    config = _load(config_path)
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        _refuse_config(config_path, exc, log_format or "auto")  # type: ignore[arg-type]
     daemon = config.daemon
     configure_logging(log_level or daemon.log_level, log_format or daemon.log_format)  # type: ignore[arg-type]
     with native_output_logged():
         code = run_daemon(config, config_path)
     exit_daemon(code)
+
+
+def _refuse_config(config_path: Path, error: ConfigError, log_format: LogFormat) -> NoReturn:
+    """Exit 2 for a config ``run`` cannot use: where the log is JSON, as one ``start_failed``
+    event on stdout like the daemon's other start failures (a log shipper reading the JSON
+    lines sees why a deploy failed); otherwise as text on stderr."""
+    if not renders_json(log_format):
+        click.echo(f"error: {error}", err=True)
+        sys.exit(EXIT_USAGE)
+    configure_logging("error", log_format)
+    structlog.get_logger(__name__).error("start_failed", error=str(error), config=str(config_path))
+    sys.exit(EXIT_USAGE)
 
 
 @main.command()

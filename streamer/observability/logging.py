@@ -11,9 +11,15 @@ from typing import Literal
 
 import structlog
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "renders_json"]
 
 LogFormat = Literal["auto", "console", "json"]
+
+
+def renders_json(fmt: LogFormat) -> bool:
+    """Whether log format ``fmt`` writes JSON lines: ``json``, or ``auto`` when stdout is not
+    a terminal (a pipe, a file, the journal)."""
+    return fmt == "json" or (fmt == "auto" and not sys.stdout.isatty())
 
 
 def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
@@ -24,7 +30,7 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
         fmt: ``console`` (key=value), ``json`` (one JSON object per line), or ``auto``
             (console when stdout is a terminal, JSON otherwise).
     """
-    use_json = fmt == "json" or (fmt == "auto" and not sys.stdout.isatty())
+    use_json = renders_json(fmt)
     processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,

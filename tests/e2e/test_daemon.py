@@ -217,6 +217,23 @@ def test_check_rejects_bad_configs(tmp_path: Path) -> None:
     assert result.returncode == 2 and "cannot load" in result.stderr
 
 
+def test_a_config_run_cannot_use_is_one_json_event_where_the_log_is_json(tmp_path: Path) -> None:
+    """A deploy that fails on its config says why in the log's own format: one
+    ``start_failed`` JSON line on stdout (exit 2), or the text on stderr for a terminal."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[daemon]\nbogus = 1\n")
+    for path, why in ((bad, "daemon.bogus: unknown key"), (tmp_path / "none.toml", "cannot read")):
+        result = run_cli("run", "--config", str(path), "--log-format", "json")
+        assert result.returncode == 2 and result.stderr == "", result.stderr
+        (line,) = result.stdout.splitlines()
+        event = json.loads(line)
+        assert event["event"] == "start_failed" and event["level"] == "error"
+        assert why in event["error"] and event["config"] == str(path)
+    console = run_cli("run", "--config", str(bad), "--log-format", "console")
+    assert console.returncode == 2 and console.stdout == ""
+    assert console.stderr.startswith(f"error: {bad}: invalid configuration\n")
+
+
 def test_port_in_use_fails_start(tmp_path: Path, start_daemon: Any) -> None:
     daemon = start_daemon()
     clash = tmp_path / "clash.toml"
