@@ -46,8 +46,9 @@ def native_output_logged() -> Iterator[None]:
     Raises:
         OSError: the pipe or the duplicate descriptors could not be made (nothing changed).
     """
-    sys.stderr.flush()
-    original = os.dup(2)
+    if sys.stderr is not None:
+        sys.stderr.flush()
+    original = _duplicate_stderr()
     try:
         read_fd, write_fd = os.pipe()
     except OSError:
@@ -68,10 +69,24 @@ def native_output_logged() -> Iterator[None]:
         sys.stderr.flush()
         os.dup2(original, 2)  # the pipe's last write end closes: the reader reads to its end
         reader.join(_JOIN_TIMEOUT_S)
-        if dumps_tracebacks:
+        if dumps_tracebacks and python_stderr is not None:
             faulthandler.enable(file=python_stderr)
         sys.stderr = python_stderr
         os.close(original)
+
+
+def _duplicate_stderr() -> int:
+    """A duplicate of descriptor 2; a process started with it closed gets ``/dev/null`` there
+    first, so that no pipe or socket opened later takes descriptor 2 and receives what
+    native code writes to standard error."""
+    try:
+        return os.dup(2)
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != 2:
+            os.dup2(null, 2)
+            os.close(null)
+        return os.dup(2)
 
 
 def _forward(read_fd: int) -> None:
