@@ -10,9 +10,11 @@ its outcome counts to tell progress from a stall
 housekeeping, sends ``WATCHDOG=1`` when a ping is due and the pipeline is not stalled, and
 ``STATUS=`` every ``daemon.status_interval_s``. SIGHUP asks for a reload: the config file
 is read again and handed to :meth:`Pipeline.reload` (``RELOADING=1`` … ``READY=1``); a config
-that does not load is rejected and the running one kept. SIGINT and SIGTERM end the loop:
-``STOPPING=1``, ``/readyz`` fails, the pipeline drains for at most ``daemon.drain_timeout_s``
-and the last log line, ``stopped``, gives the counts.
+that does not load is rejected and the running one kept. ``READY=1`` ends every reload,
+whatever its outcome: ``streamer_config_last_reload_successful`` in ``/metrics`` (1 at start
+and after a reload whose whole file is in force, else 0) and the log tell. SIGINT and
+SIGTERM end the loop: ``STOPPING=1``, ``/readyz`` fails, the pipeline drains for at most
+``daemon.drain_timeout_s`` and the last log line, ``stopped``, gives the counts.
 
 Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 1 when an unrecoverable error stopped the
 daemon (a backend failure, a thread that died, an address in use), 2 for a bad configuration
@@ -129,6 +131,7 @@ def run_daemon(config: Config, config_path: Path, stop: threading.Event | None =
     if stop is None:
         _install_signal_handlers(requests)
     health, metrics = HealthState(), PipelineMetrics()
+    metrics.observe_config(in_force=True, wall_s=time.time())
     try:
         server = _start_http(config.daemon, health, metrics)
     except StreamerError as exc:
@@ -173,7 +176,7 @@ def _load_and_serve(
         _log.error("start_failed", error=str(exc), config=str(config_path))
         return EXIT_FATAL
     metrics.watch(pipeline.sample)
-    control = _Control(pipeline, config_path, requests, health)
+    control = _Control(pipeline, config_path, requests, health, metrics)
     try:
         code = control.serve()
     finally:
@@ -186,13 +189,19 @@ class _Control:
     """The control loop and the notifications it sends; main thread only."""
 
     def __init__(
-        self, pipeline: Pipeline, config_path: Path, requests: _Requests, health: HealthState
+        self,
+        pipeline: Pipeline,
+        config_path: Path,
+        requests: _Requests,
+        health: HealthState,
+        metrics: PipelineMetrics,
     ) -> None:
         daemon = pipeline.config.daemon
         self._pipeline = pipeline
         self._config_path = config_path
         self._requests = requests
         self._health = health
+        self._metrics = metrics
         self._notifier = Notifier()
         self._progress = ProgressMonitor(daemon.stall_timeout_s, time.monotonic())
         self._ping_s = self._notifier.watchdog_interval_s
@@ -253,19 +262,26 @@ class _Control:
             self._next_status_s = now_s + self._pipeline.config.daemon.status_interval_s
 
     def _reload(self) -> None:
-        """Read the config file again and hand it to the pipeline (SIGHUP)."""
+        """Read the config file again and hand it to the pipeline (SIGHUP); its outcome goes
+        to the ``streamer_config_last_reload_*`` gauges."""
         self._requests.reload.clear()
         self._notifier.reloading()
         with self._health.reloading():
-            try:
-                config = load_config(self._config_path)
-            except ConfigError as exc:
-                _log.error("reload_rejected", error=str(exc))
-            except Exception as exc:  # noqa: BLE001 - a bad file must not stop a serving daemon
-                _log.error("reload_rejected", error=f"{type(exc).__name__}: {exc}")
-            else:
-                self._pipeline.reload(config, self._requests.stop)
+            in_force = self._reload_file()
+        self._metrics.observe_config(in_force, time.time())
         self._notifier.ready()
+
+    def _reload_file(self) -> bool:
+        """True when the whole file is now in force (see :meth:`Pipeline.reload`)."""
+        try:
+            config = load_config(self._config_path)
+        except ConfigError as exc:
+            _log.error("reload_rejected", error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bad file must not stop a serving daemon
+            _log.error("reload_rejected", error=f"{type(exc).__name__}: {exc}")
+        else:
+            return self._pipeline.reload(config, self._requests.stop)
+        return False
 
     def _drain(self, failed: bool) -> int:
         """STOPPING=1, drain, the final ``stopped`` line; returns the exit code."""

@@ -70,6 +70,19 @@ class Reason:
     SUPERSEDED = "superseded"
     STALE_SEQ = "stale_seq"
 
+    FAILURES = (
+        BAD_HEADER,
+        DECODE_FAILED,
+        TOO_LARGE,
+        UNSUPPORTED_DTYPE,
+        PREPROCESS_FAILED,
+        INFERENCE_FAILED,
+        POSTPROCESS_FAILED,
+    )
+    """The reasons a :class:`FrameError` carries: error results, ``failed`` counters."""
+    DROPS = (SHUTDOWN, EGRESS_BLOCKED, QUEUE_FULL, SUPERSEDED, STALE_SEQ)
+    """The reasons of frames counted as dropped, never carried by an error result."""
+
 
 class FrameError(StreamerError):
     """One frame failed; it is published as an error result and the daemon carries on.

@@ -304,8 +304,10 @@ class Pipeline:
         meanwhile, the old chain gets ``drain_timeout_s`` from then to drain, as at a stop.
 
         Returns:
-            True if the new config is in force (also when nothing changed); False if it was
-            rejected (the old chain keeps running; the reason is logged).
+            True if the whole new config is in force (also when nothing changed); False if
+            it was rejected (the old chain keeps running; the reason is logged), if settings
+            of it wait for a restart (``reload_needs_restart``; its models are applied), or
+            if the new chain failed to start (``reload_failed``; the daemon then stops).
         """
         sections = ("daemon", "ingress", "egress", "runtime")
         changed = [k for k in sections if getattr(config, k) != getattr(self.config, k)]
@@ -319,7 +321,7 @@ class Pipeline:
             _log.warning("reload_needs_restart", sections=changed)
         if _models_identity(config) == _models_identity(self.config):
             _log.info("reload_unchanged")
-            return True
+            return not changed
         try:
             stages = load_chain(self._backend, config)
             chain = self._start_chain(stages)
@@ -330,12 +332,12 @@ class Pipeline:
             # An unforeseen value in the new config must not stop a serving daemon.
             _log.error("reload_rejected", error=f"{type(exc).__name__}: {exc}")
             return False
-        self._swap(chain, stages, stop)
+        launched = self._swap(chain, stages, stop)
         update = {"models": config.models, "source_file": config.source_file}
         self.config = self.config.model_copy(update=update)
         self.reorder.window = _reorder_window(self.config)
         _log.info("reloaded", models=[s.name for s in stages])
-        return True
+        return launched and not changed
 
     def _start_chain(self, stages: list[ModelStage]) -> ChainRun:
         """A new chain with its threads started, all but its first batcher.
@@ -361,8 +363,9 @@ class Pipeline:
 
     def _swap(
         self, chain: ChainRun, stages: list[ModelStage], stop: threading.Event | None
-    ) -> None:
-        """Put ``chain`` into service at an in-band marker and retire the old one."""
+    ) -> bool:
+        """Put ``chain`` into service at an in-band marker and retire the old one; False if
+        its first batcher failed to start (``reload_failed``)."""
         old = self._chain
 
         def switch() -> None:
@@ -382,6 +385,8 @@ class Pipeline:
             chain.launch_first_batcher(_START_TIMEOUT_S)
         except StreamerError as exc:  # its failure() now stops the daemon
             _log.error("reload_failed", error=str(exc))
+            return False
+        return True
 
     def housekeeping(self) -> None:
         """Periodic upkeep from the control loop: forget sources idle past ``source_idle_s``."""
@@ -409,8 +414,8 @@ class Pipeline:
         flushes, batches = Counter(self._carried_flushes), Counter(self._carried_batches)
         for chain in [self._chain, *self._retired]:
             chain_flushes, chain_batches = _batch_counts(chain)
-            flushes += chain_flushes
-            batches += chain_batches
+            flushes.update(chain_flushes)  # not +=, which drops the reasons still at 0
+            batches.update(chain_batches)
         replicas = [
             (r.model.info.name, r.device, r.index, batches[_replica_key(r)], r.failed is None)
             for rs in self._chain.replicas

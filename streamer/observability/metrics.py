@@ -9,8 +9,10 @@ each result leaves. The split follows Triton's queue / compute / request duratio
 
     streamer_frames_received_total                     counter
     streamer_frames_published_total                    counter
-    streamer_frames_failed_total{reason}               counter   (error results)
-    streamer_frames_dropped_total{reason}              counter   (not published)
+    streamer_frames_failed_total{reason}               counter   (error results; every
+                                                                 Reason.FAILURES from 0)
+    streamer_frames_dropped_total{reason}              counter   (not published; every
+                                                                 Reason.DROPS from 0)
     streamer_frames_in_flight                          gauge     received - published
                                                                  - failed - dropped
     streamer_queue_depth{queue}                        gauge     items waiting for a thread
@@ -20,10 +22,19 @@ each result leaves. The split follows Triton's queue / compute / request duratio
     streamer_sources_active                            gauge
     streamer_reorder_gave_up_frames_total              counter   missing frames not waited for
     streamer_reorder_late_frames_total                 counter   frames after they were given up
+    streamer_batch_flushes_total{reason}               counter   batches flushed by the batcher
+    streamer_replica_batches_total{model,device,replica} counter batches a replica executed
+    streamer_replica_up{model,device,replica}          gauge     1 in rotation, 0 once failed
     streamer_batch_size{model}                         histogram frames per executed batch
+    streamer_batch_rows_total{model}                   counter   rows executed, padding included
+    streamer_batch_padding_rows_total{model}           counter   padding rows executed
+    streamer_batch_wait_duration_seconds{model}        histogram preprocessed -> enqueued
     streamer_queue_duration_seconds{model}             histogram receive -> inference start
     streamer_inference_duration_seconds{model}         histogram the batch's execution
     streamer_end_to_end_duration_seconds{model}        histogram receive -> result sent
+    streamer_egress_dropped_results_total{egress}      counter   results a socket had no room for
+    streamer_config_last_reload_successful             gauge     1: the config file is in force
+    streamer_config_last_reload_success_timestamp_seconds gauge  start or last good reload
 
 plus the library's ``process_*`` (memory, CPU, file descriptors) and ``python_info``. Labels
 are bounded: model names come from the config, reasons from :class:`~streamer.errors.Reason`,
@@ -38,6 +49,7 @@ from dataclasses import dataclass, field
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     PlatformCollector,
     ProcessCollector,
@@ -45,6 +57,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from streamer.errors import Reason
 from streamer.frames import Batch, Frame, OutcomeSnapshot
 
 __all__ = ["LATENCY_BUCKETS_S", "PipelineMetrics", "PipelineSample"]
@@ -148,19 +161,27 @@ def _outcome_families(outcomes: OutcomeSnapshot) -> Iterator[Metric]:
     yield CounterMetricFamily(
         "streamer_frames_published", "Frames published with a result.", outcomes.published
     )
-    for name, doc, by_reason in (
-        ("streamer_frames_failed", "Frames published as error results.", outcomes.failed),
-        ("streamer_frames_dropped", "Frames dropped (not published).", outcomes.dropped),
-    ):
-        family = CounterMetricFamily(name, doc, labels=["reason"])
-        for reason, count in sorted(by_reason.items()):
-            family.add_metric([reason], count)
-        yield family
+    failed = "Frames published as error results."
+    yield _by_reason("streamer_frames_failed", failed, Reason.FAILURES, outcomes.failed)
+    dropped = "Frames dropped (not published)."
+    yield _by_reason("streamer_frames_dropped", dropped, Reason.DROPS, outcomes.dropped)
     yield GaugeMetricFamily(
         "streamer_frames_in_flight",
         "Frames received and not yet published, failed or dropped.",
         outcomes.in_flight,
     )
+
+
+def _by_reason(
+    name: str, doc: str, known: Sequence[str], counts: Mapping[str, int]
+) -> CounterMetricFamily:
+    """A counter by ``reason``: each ``known`` reason (the ones it can carry) from 0, so that
+    ``rate()`` sees the first increment and an alert on an absent series does not fire, and
+    any other reason counted."""
+    family = CounterMetricFamily(name, doc, labels=["reason"])
+    for reason, count in sorted((dict.fromkeys(known, 0) | dict(counts)).items()):
+        family.add_metric([reason], count)
+    return family
 
 
 class PipelineMetrics:
@@ -210,6 +231,17 @@ class PipelineMetrics:
         self._queue_s = self._latency("queue", "Receive to inference start, per frame.")
         self._inference_s = self._latency("inference", "The batch's execution, per frame.")
         self._end_to_end_s = self._latency("end_to_end", "Receive to result sent, per frame.")
+        self._config_in_force = Gauge(
+            "streamer_config_last_reload_successful",
+            "1 when the config file is in force (start, good reload); 0 after a reload that "
+            "was rejected, failed or left settings for a restart.",
+            registry=self.registry,
+        )
+        self._config_in_force_at_s = Gauge(
+            "streamer_config_last_reload_success_timestamp_seconds",
+            "Unix time of the start or of the last successful reload.",
+            registry=self.registry,
+        )
 
     def _latency(self, name: str, doc: str) -> Histogram:
         return Histogram(
@@ -250,6 +282,21 @@ class PipelineMetrics:
             inference_s.observe((frame.infer_end_ns - frame.infer_start_ns) / 1e9)
             if frame.prepared_at_ns:
                 wait_s.observe((frame.batched_at_ns - frame.prepared_at_ns) / 1e9)
+
+    def observe_config(self, in_force: bool, wall_s: float) -> None:
+        """The outcome of reading the config file, at start and at each reload (SIGHUP);
+        the control thread's. Named after Prometheus' own
+        ``prometheus_config_last_reload_successful`` and ``…_success_timestamp_seconds``.
+
+        Args:
+            in_force: True when the whole file is in force (the start, a reload applied or
+                with nothing to change); False when a reload was rejected, failed, or
+                changed settings that wait for a restart.
+            wall_s: when, ``time.time()`` (Unix seconds); kept only when ``in_force``.
+        """
+        self._config_in_force.set(1 if in_force else 0)
+        if in_force:
+            self._config_in_force_at_s.set(wall_s)
 
     def observe_dropped(self, egress: str) -> None:
         """One result the ``egress`` socket (its ``[[egress]]`` name) had no room for."""

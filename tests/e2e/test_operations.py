@@ -26,6 +26,7 @@ import pytest
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamer.errors import Reason
 from streamer.transport.protocol import encode_frame
 
 from .conftest import Client, Daemon, wedge_model
@@ -199,6 +200,13 @@ def scrape(daemon: Daemon) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
     }
 
 
+def by_reason(
+    values: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str
+) -> dict[str, float]:
+    """The samples of counter ``name`` in a :func:`scrape`, by their ``reason`` label."""
+    return {dict(labels)["reason"]: v for (n, labels), v in values.items() if n == name}
+
+
 def test_probes_and_metrics_across_start_run_and_stop(
     start_daemon: Any, connect: Any, astronaut: np.ndarray
 ) -> None:
@@ -233,8 +241,11 @@ def test_probes_and_metrics_across_start_run_and_stop(
     face = (("model", "face"),)
     assert values[("streamer_frames_received_total", ())] == good + 3
     assert values[("streamer_frames_published_total", ())] == good
-    assert values[("streamer_frames_failed_total", (("reason", "decode_failed"),))] == 3
-    assert not any(name == "streamer_frames_dropped_total" for name, _ in values)
+    failed = by_reason(values, "streamer_frames_failed_total")
+    assert failed == {**dict.fromkeys(Reason.FAILURES, 0), "decode_failed": 3}
+    assert by_reason(values, "streamer_frames_dropped_total") == dict.fromkeys(Reason.DROPS, 0)
+    flushes = by_reason(values, "streamer_batch_flushes_total")
+    assert set(flushes) == {"full", "deadline", "marker"} and flushes["marker"] == 0
     assert values[("streamer_batch_size_sum", face)] == good
     for latency in ("queue", "inference", "end_to_end"):
         assert values[(f"streamer_{latency}_duration_seconds_count", face)] == good
@@ -245,6 +256,58 @@ def test_probes_and_metrics_across_start_run_and_stop(
     final = daemon.final_counts()
     assert final["received"] == good + 3 and final["published"] == good
     assert get(daemon.http + "/healthz") is None
+
+
+def test_reload_outcomes_show_in_metrics_while_the_old_config_serves(
+    start_daemon: Any, connect: Any, notify: NotifySocket, astronaut: np.ndarray
+) -> None:
+    """``streamer_config_last_reload_successful`` is 1 at start and after a reload whose
+    whole file is in force, 0 after one rejected or waiting for a restart; the timestamp
+    moves only with a 1. systemd's ``READY=1`` ends each reload, whatever its outcome."""
+    daemon: Daemon = start_daemon(env=notify.env(watchdog_usec=60_000_000))
+    notify.wait("READY=1")
+    text = daemon.config_path.read_text()
+    started = reload_gauges(daemon)
+    assert started[0] == 1 and started[1] > 0
+
+    applied = reload_with(daemon, notify, text.replace("max_delay_ms = 5.0", "max_delay_ms = 6.0"))
+    assert applied[0] == 1 and applied[1] > started[1]
+    wrong_type = text.replace("max_delay_ms = 5.0", 'max_delay_ms = "soon"')
+    assert reload_with(daemon, notify, wrong_type) == (0, applied[1])
+    assert "reload_rejected" in [e.get("event") for e in daemon.logs]
+    client: Client = connect(daemon)
+    jpeg = cv2.imencode(".jpg", cv2.resize(astronaut, (256, 256)))[1].tobytes()
+    for seq in range(5):
+        client.send_parts(encode_frame("cam", seq, jpeg, encoding="jpeg"))
+    assert [r["error"] for r in client.collect(5)] == [None] * 5
+    restart = text.replace("max_delay_ms = 5.0", "max_delay_ms = 6.0").replace(
+        "drain_timeout_s = 10.0", "drain_timeout_s = 9.0"
+    )
+    assert reload_with(daemon, notify, restart) == (0, applied[1])
+    assert "reload_needs_restart" in [e.get("event") for e in daemon.logs]
+
+    again = reload_with(daemon, notify, text.replace("max_delay_ms = 5.0", "max_delay_ms = 7.0"))
+    assert again[0] == 1 and again[1] > applied[1]
+    assert daemon.stop() == 0
+
+
+def reload_gauges(daemon: Daemon) -> tuple[float, float]:
+    """``streamer_config_last_reload_successful`` and ``…_success_timestamp_seconds``."""
+    values = scrape(daemon)
+    return (
+        values[("streamer_config_last_reload_successful", ())],
+        values[("streamer_config_last_reload_success_timestamp_seconds", ())],
+    )
+
+
+def reload_with(daemon: Daemon, notify: NotifySocket, text: str) -> tuple[float, float]:
+    """Write ``text`` as the daemon's config, SIGHUP, wait for the reload's end (``READY=1``):
+    the reload gauges then."""
+    daemon.config_path.write_text(text)
+    daemon.process.send_signal(signal.SIGHUP)
+    notify.wait("RELOADING=1")
+    notify.wait("READY=1")
+    return reload_gauges(daemon)
 
 
 def test_a_reload_cut_short_by_a_stop_is_logged(start_daemon: Any) -> None:

@@ -78,3 +78,34 @@ def test_latencies_split_queue_inference_and_end_to_end_per_model() -> None:
     bucket = (("le", "0.025"), ("model", "face"))
     assert values[("streamer_end_to_end_duration_seconds_bucket", bucket)] == 3
     assert not any(labels == (("model", ""),) for _, labels in values)
+
+
+def by_reason(metrics: PipelineMetrics, name: str) -> dict[str, float]:
+    """The samples of counter ``name`` by their ``reason`` label."""
+    return {dict(labels)["reason"]: v for (n, labels), v in scrape(metrics).items() if n == name}
+
+
+def test_every_reason_is_exported_from_zero_under_the_counter_that_can_carry_it() -> None:
+    metrics = PipelineMetrics()
+    outcomes = OutcomeSnapshot(5, 1, {"decode_failed": 2, "new_failure": 1}, {"shutdown": 1})
+    metrics.watch(lambda: PipelineSample(outcomes, {}, {}))
+    failed = by_reason(metrics, "streamer_frames_failed_total")
+    dropped = by_reason(metrics, "streamer_frames_dropped_total")
+    reasons = {v for k, v in vars(Reason).items() if k.isupper() and isinstance(v, str)}
+    assert (set(failed) - {"new_failure"}) | set(dropped) == reasons
+    assert not set(failed) & set(dropped)
+    assert set(dropped) == {"shutdown", "egress_blocked", "queue_full", "superseded", "stale_seq"}
+    assert failed["decode_failed"] == 2 and failed["new_failure"] == 1 and failed["too_large"] == 0
+    assert dropped["shutdown"] == 1 and dropped["queue_full"] == 0
+
+
+def test_config_gauges_keep_the_time_of_the_last_config_in_force() -> None:
+    metrics = PipelineMetrics()
+    successful = ("streamer_config_last_reload_successful", ())
+    at_s = ("streamer_config_last_reload_success_timestamp_seconds", ())
+    metrics.observe_config(True, 1_700_000_000.0)
+    assert scrape(metrics)[successful] == 1 and scrape(metrics)[at_s] == 1_700_000_000.0
+    metrics.observe_config(False, 1_700_000_060.0)
+    assert scrape(metrics)[successful] == 0 and scrape(metrics)[at_s] == 1_700_000_000.0
+    metrics.observe_config(True, 1_700_000_120.0)
+    assert scrape(metrics)[successful] == 1 and scrape(metrics)[at_s] == 1_700_000_120.0
