@@ -23,7 +23,7 @@ _config_option = click.option(
     "--config",
     "config_path",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(readable=False, path_type=Path),  # the config loader says why it cannot
     help="TOML config file (see configs/default.toml).",
 )
 
@@ -278,18 +278,24 @@ def models_sim_layout(config_path: Path, out_dir: Path, mode: str | None) -> Non
 @models.command("list")
 def models_list() -> None:
     """List the known assets, where they live, and whether they are in the cache intact:
-    ready, missing, damaged or unverified (the last two are made again by ``fetch``)."""
+    ready, missing, damaged, unverified (``fetch`` makes these two again) or unreadable.
+    Exit code 1 when one is damaged or unreadable."""
     click.echo(f"cache: {cache_dir()}")
-    try:
-        catalog: list[Asset | Split] = [*ASSETS, *SPLITS]
-        states = {a.name: asset_state(a) for a in catalog}
-    except OSError as exc:
-        click.echo(f"error: cannot read the cache {cache_dir()}: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_FATAL)
-    for asset in ASSETS:
-        click.echo(f"{asset.kind:6} {asset.name:32} {states[asset.name]:10} {asset.requirement}")
-    for split in SPLITS:
-        origin = f"cut from {split.source}"
-        click.echo(f"{split.kind:6} {split.name:32} {states[split.name]:10} {origin}")
+    catalog: list[Asset | Split] = [*ASSETS, *SPLITS]
+    states: dict[str, str] = {}
+    unreadable: list[str] = []
+    for asset in catalog:
+        try:
+            states[asset.name] = asset_state(asset)
+        except OSError as exc:
+            states[asset.name] = "unreadable"
+            unreadable.append(f"{asset.name}: cannot read {exc.filename}: {exc.strerror}")
+    for asset in catalog:
+        origin = f"cut from {asset.source}" if isinstance(asset, Split) else asset.requirement
+        click.echo(f"{asset.kind:6} {asset.name:32} {states[asset.name]:10} {origin}")
+    for line in unreadable:
+        click.echo(f"error: {line}", err=True)
     if any(state in ("damaged", "unverified") for state in states.values()):
         click.echo("`streamer models fetch` makes the damaged and unverified ones again")
+    if unreadable or "damaged" in states.values():
+        sys.exit(EXIT_FATAL)

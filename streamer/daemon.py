@@ -39,6 +39,7 @@ import structlog
 from streamer.config import Config, DaemonConfig, load_config
 from streamer.errors import ConfigError, ModelError, StreamerError
 from streamer.lifecycle import Status
+from streamer.log_budget import take_unreported
 from streamer.observability.health import HealthServer, HealthState
 from streamer.observability.metrics import PipelineMetrics
 from streamer.observability.progress import ProgressMonitor, status_line
@@ -297,5 +298,12 @@ class _Control:
         counts = self._pipeline.counts.snapshot()
         self._notifier.status(status_line("stopped", counts, 0.0))
         streams = self._pipeline.stream_stats()
-        _log.info("stopped", drained=drained, **counts.as_log_fields(), **streams)
+        suppressed = take_unreported()  # lines the budgets left out since their last line
+        _log.info(
+            "stopped",
+            drained=drained,
+            **counts.as_log_fields(),
+            **streams,
+            **({"suppressed_lines": suppressed} if suppressed else {}),
+        )
         return EXIT_FATAL if failed or not released else EXIT_OK

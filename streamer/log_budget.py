@@ -4,26 +4,37 @@ A producer restarting on every frame, thousands of short-lived sources, or a cli
 new CURVE key on every connection would each put a line in the journal per occurrence, and
 journald's rate limit would then drop the daemon's other messages. Such an event passes
 :meth:`LogBudget.take` at most ``lines`` times per ``interval_s``; the next line that passes
-says how many were left out in between (``suppressed``).
+says how many were left out in between (``suppressed``). What no line has reported yet when
+the daemon stops is in its final ``stopped`` line (:func:`take_unreported`), so ten lines of a
+flood of ten thousand are never mistaken for the whole of it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
+from collections import Counter
 
-__all__ = ["LogBudget"]
+__all__ = ["LogBudget", "take_unreported"]
+
+_BUDGETS: weakref.WeakSet[LogBudget] = weakref.WeakSet()
+_BUDGETS_LOCK = threading.Lock()
 
 
 class LogBudget:
     """At most ``lines`` log lines of one event per ``interval_s``; thread-safe.
 
     Args:
+        event: the event it budgets (its name in :func:`take_unreported`).
         lines: lines that pass per interval.
         interval_s: the interval (s, monotonic clock).
     """
 
-    def __init__(self, lines: int = 10, interval_s: float = 10.0) -> None:
+    def __init__(self, event: str, lines: int = 10, interval_s: float = 10.0) -> None:
+        self.event = event
+        with _BUDGETS_LOCK:
+            _BUDGETS.add(self)
         self._lines = lines
         self._interval_ns = int(interval_s * 1e9)
         self._lock = threading.Lock()
@@ -44,3 +55,21 @@ class LogBudget:
             self._passed += 1
             suppressed, self._suppressed = self._suppressed, 0
             return suppressed
+
+    def take_unreported(self) -> int:
+        """The lines left out since the last line that passed (none has reported them), and
+        forget them."""
+        with self._lock:
+            suppressed, self._suppressed = self._suppressed, 0
+            return suppressed
+
+
+def take_unreported() -> dict[str, int]:
+    """Lines left out that no line has reported yet, by event, over every live budget (the
+    counts are then forgotten); events with none are left out."""
+    with _BUDGETS_LOCK:
+        budgets = list(_BUDGETS)
+    totals: Counter[str] = Counter()
+    for budget in budgets:
+        totals[budget.event] += budget.take_unreported()
+    return {event: count for event, count in sorted(totals.items()) if count}

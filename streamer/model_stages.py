@@ -32,7 +32,7 @@ from typing import cast
 
 import numpy as np
 
-from streamer.assets import ASSETS, SPLITS
+from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state
 from streamer.config import Config, ModelConfig, PluginConfig
 from streamer.errors import ConfigError, ModelError
 from streamer.frames import Frame
@@ -194,25 +194,34 @@ def check_plug_in_params(config: Config, model_config: ModelConfig) -> None:
 
 
 def _check_asset(model: ModelConfig, config: Config, where: str) -> None:
-    """A named ``asset`` must be a model of the catalog, fetched.
+    """A named ``asset`` must be a model of the catalog, fetched and not damaged since (one
+    without a digest, made by an older version, is taken as it is).
 
     Raises:
-        ConfigError: an unknown asset (the message lists the known ones), or one not fetched.
+        ConfigError: an unknown asset (the message lists the known ones), one not fetched, or
+            a cache this user cannot read.
+        ModelError: the cached file no longer matches its digest (a full disk, another
+            model copied over it).
     """
     if model.asset is None:
         return
-    known = sorted([*(a.name for a in ASSETS if a.kind != "media"), *(s.name for s in SPLITS)])
-    if model.asset not in known:
-        raise ConfigError(f"{where}.asset: unknown {model.asset!r}; known: {', '.join(known)}")
+    models: list[Asset | Split] = [*ASSETS, *SPLITS]
+    catalog = {a.name: a for a in models if a.kind != "media"}
+    if model.asset not in catalog:
+        known = ", ".join(sorted(catalog))
+        raise ConfigError(f"{where}.asset: unknown {model.asset!r}; known: {known}")
     path = config.model_path(model)
+    fetch = f"`streamer models fetch {model.asset}` with STREAMER_CACHE={path.parent.parent}"
     try:
-        fetched = path.exists()
+        state = asset_state(catalog[model.asset], path.parent.parent)
     except OSError as exc:  # a cache folder this user may not search
-        raise ConfigError(f"{where}.asset: cannot read {path}: {exc.strerror}") from exc
-    if not fetched:
-        raise ConfigError(
-            f"{where}.asset: {model.asset!r} is not fetched (no {path}): run `streamer models "
-            f"fetch {model.asset}` with STREAMER_CACHE={path.parent.parent}"
+        raise ConfigError(f"{where}.asset: cannot read {exc.filename}: {exc.strerror}") from exc
+    if state == "missing":
+        raise ConfigError(f"{where}.asset: {model.asset!r} is not fetched (no {path}): run {fetch}")
+    if state == "damaged":
+        raise ModelError(
+            f"{where}.asset: {path} is damaged (it no longer matches the digest written when it "
+            f"was made): run {fetch} to make it again"
         )
 
 

@@ -65,11 +65,12 @@ or its original does not match) or ``unverified`` (a model written without a dig
 
 
 def asset_state(asset: Asset | Split, root: Path | None = None) -> AssetState:
-    """Whether ``asset`` is in the cache intact (media and originals against their pinned
-    SHA-256, converted and split models against the digest written beside them).
+    """Whether ``asset`` is in the cache intact: assets stored as shipped against their
+    pinned SHA-256, converted and split models against the digest written beside them (their
+    originals are needed only to make them again).
 
     Raises:
-        OSError: the cache cannot be read.
+        OSError: a file of the asset cannot be read (``filename`` names it).
     """
     root = root or cache_dir()
     path = asset_path(asset, root)
@@ -77,8 +78,6 @@ def asset_state(asset: Asset | Split, root: Path | None = None) -> AssetState:
         return "missing"
     if isinstance(asset, Asset) and asset.kind != "model":  # stored as shipped
         return "ready" if _sha256(path.read_bytes()) == asset.sha256 else "damaged"
-    if isinstance(asset, Asset) and _kept_original(asset, root) is None:
-        return "damaged"
     digest = _digest_path(path)
     if not digest.exists():
         return "unverified"
@@ -124,9 +123,10 @@ def fetch_assets(
     try:
         return _fetch(root, requested, report)
     except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename and str(exc.filename) != str(root) else ""
         raise AssetError(
-            f"cannot write the cache {root}: {exc.strerror or exc}; set STREAMER_CACHE to a "
-            "writable folder (or fetch as the user who owns it)"
+            f"cannot use the cache {root}: {where}{exc.strerror or exc}; set STREAMER_CACHE to "
+            "a folder this user can read and write (or fetch as the user who owns it)"
         ) from exc
 
 

@@ -92,7 +92,7 @@ def _duplicate_stderr() -> int:
 def _forward(read_fd: int) -> None:
     """Log each line of the pipe until its write end closes. A line that cannot be logged
     is skipped: the reader must never stop, or native writers would block on a full pipe."""
-    budget = LogBudget()
+    budget = LogBudget("native_output")
     with open(read_fd, "rb") as pipe:
         for raw in pipe:
             line = raw.decode(errors="replace").rstrip()

@@ -100,7 +100,8 @@ class SourceTracker:
         self._streams: dict[str, _Stream] = {}
         self._epochs = itertools.count()
         self._gaps = self._stale = self._restarts = 0
-        self._restart_lines, self._evict_lines = LogBudget(), LogBudget()
+        self._restart_lines = LogBudget("source_restarted")
+        self._evict_lines = LogBudget("source_evicted")
 
     def admit(self, frame: Frame) -> bool:
         """Check ``frame.seq``, and set ``frame.epoch`` and ``frame.order`` if accepted.

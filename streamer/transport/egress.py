@@ -111,7 +111,7 @@ class Egress(Worker):
         self._waits = [e.kind == "push" and len(configs) == 1 for e in self.endpoints]
         self._stalled = [False] * len(configs)
         self._dropped = [0] * len(configs)
-        self._state_lines = [LogBudget(lines=2) for _ in configs]
+        self._state_lines = [LogBudget("egress_stalled|egress_resumed", lines=2) for _ in configs]
 
     def setup(self) -> None:
         for config, endpoint, curve in zip(

@@ -168,7 +168,7 @@ class ClientKeys:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._allowed = _client_keys(directory)
-        self._budget = LogBudget()
+        self._budget = LogBudget("curve_client_denied")
         self._logged: set[bytes] = set()
         if not self._allowed:
             _log.warning("curve_no_clients", clients_dir=str(directory))

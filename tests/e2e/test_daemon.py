@@ -222,7 +222,12 @@ def test_a_config_run_cannot_use_is_one_json_event_where_the_log_is_json(tmp_pat
     ``start_failed`` JSON line on stdout (exit 2), or the text on stderr for a terminal."""
     bad = tmp_path / "bad.toml"
     bad.write_text("[daemon]\nbogus = 1\n")
-    for path, why in ((bad, "daemon.bogus: unknown key"), (tmp_path / "none.toml", "cannot read")):
+    cases = (
+        (bad, "daemon.bogus: unknown key"),
+        (tmp_path / "none.toml", "cannot read config: No such file"),
+        (tmp_path, "cannot read config: Is a directory"),
+    )
+    for path, why in cases:
         result = run_cli("run", "--config", str(path), "--log-format", "json")
         assert result.returncode == 2 and result.stderr == "", result.stderr
         (line,) = result.stdout.splitlines()

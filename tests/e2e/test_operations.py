@@ -9,16 +9,20 @@ systemd's end of sd_notify is played by a real unix datagram socket handed to th
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import cv2
 import numpy as np
@@ -29,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamer.errors import Reason
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon, wedge_model
+from .conftest import Client, Daemon, shipped_config, wedge_model
 
 
 class NotifySocket:
@@ -345,3 +349,34 @@ def _field(status: Path, name: str) -> str:
     """A field of a /proc/PID/status file."""
     line = next(x for x in status.read_text().splitlines() if x.startswith(f"{name}:"))
     return line.split()[1]
+
+
+def test_a_log_reader_that_goes_away_does_not_stop_the_daemon(
+    tmp_path: Path, assets: dict[str, Path], astronaut: np.ndarray
+) -> None:
+    """Standard output closed by its reader (a journal restart, `| head`): the daemon keeps
+    serving without a log, and a SIGTERM still drains and exits 0."""
+    path, in_port, out_port, _ = shipped_config("default.toml", tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamer", "run", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        while json.loads(process.stdout.readline())["event"] != "ready":
+            pass
+        process.stdout.close()  # the reader goes away; the next log line meets EPIPE
+        endpoints = SimpleNamespace(
+            ingress=f"tcp://127.0.0.1:{in_port}", egress=f"tcp://127.0.0.1:{out_port}"
+        )
+        Client(cast(Daemon, endpoints), astronaut).close()  # its probes' results: it serves
+        process.send_signal(signal.SIGHUP)  # logs reload lines into the closed pipe
+        Client(cast(Daemon, endpoints), astronaut).close()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -1,11 +1,22 @@
-from streamer.log_budget import LogBudget
+from streamer.log_budget import LogBudget, take_unreported
 
 S = 1_000_000_000  # ns
 
 
 def test_lines_beyond_the_budget_are_counted_and_reported_by_the_next_one() -> None:
-    budget = LogBudget(lines=2, interval_s=10)
+    budget = LogBudget("test_event", lines=2, interval_s=10)
     assert [budget.take(now_ns=t * S) for t in (0, 1, 2, 3, 9)] == [0, 0, None, None, None]
     assert budget.take(now_ns=10 * S) == 3  # a new interval: the three left out
     assert budget.take(now_ns=11 * S) == 0
     assert budget.take(now_ns=12 * S) is None
+
+
+def test_what_no_line_reported_is_summed_by_event_and_then_forgotten() -> None:
+    first, second = LogBudget("flood_a", lines=1), LogBudget("flood_a", lines=1)
+    other = LogBudget("flood_b", lines=1)
+    for budget, lines in ((first, 4), (second, 3), (other, 1)):
+        for _ in range(lines):
+            budget.take(now_ns=0)
+    assert take_unreported() == {"flood_a": 5}  # 3 + 2 left out; flood_b left out none
+    assert take_unreported() == {}
+    assert first.take(now_ns=20 * S) == 0  # already reported in the summary

@@ -3,6 +3,7 @@ postprocessor of a tensor stage seeing the chain as one model."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,19 +141,36 @@ def test_a_cache_path_that_cannot_be_read_is_a_config_error(
         load_chain(backend, load_config(ROOT / "configs" / "default.toml"))
 
 
-def test_a_damaged_asset_is_a_model_error_that_points_at_list_and_fetch(
+def test_a_damaged_asset_is_refused_before_it_loads_and_listed_damaged(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, assets: dict[str, Path]
+) -> None:
+    """A cached model that no longer matches its digest (here: truncated) is a model error
+    saying how to make it again, and ``models list`` shows it damaged (exit code 1)."""
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    model = assets["blazeface_short_range"]
+    for source in (model, model.with_name(model.name + ".sha256")):
+        shutil.copy(source, cache / "models")
+    copied = cache / "models" / model.name
+    copied.write_bytes(copied.read_bytes()[:1000])
+    monkeypatch.setenv("STREAMER_CACHE", str(cache))
+    with pytest.raises(ModelError, match=r"\.asset: .* is damaged .*`streamer models fetch blaze"):
+        load_chain(backend, load_config(ROOT / "configs" / "default.toml"))
+    listed = CliRunner().invoke(main, ["models", "list"])
+    assert listed.exit_code == 1, listed.output
+    line = next(x for x in listed.output.splitlines() if " blazeface_short_range " in x)
+    assert line.split()[:3] == ["model", "blazeface_short_range", "damaged"]
+    assert "`streamer models fetch` makes the damaged and unverified ones again" in listed.output
+
+
+def test_an_unverified_asset_that_cannot_load_points_at_list_and_fetch(
     backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A truncated cached model: the load error says how to find and repair it, and
-    ``models list`` shows it damaged."""
+    """A cache made before digests existed is taken as it is; when its model does not load,
+    the error says where to look."""
     cache = tmp_path / "cache"
     (cache / "models").mkdir(parents=True)
     (cache / "models" / "blazeface_short_range.onnx").write_bytes(b"\x08\x07 truncated")
     monkeypatch.setenv("STREAMER_CACHE", str(cache))
     with pytest.raises(ModelError, match=r"cannot load .*`streamer models list` tells .* damaged"):
         load_chain(backend, load_config(ROOT / "configs" / "default.toml"))
-    listed = CliRunner().invoke(main, ["models", "list"])
-    assert listed.exit_code == 0, listed.output
-    line = next(x for x in listed.output.splitlines() if " blazeface_short_range " in x)
-    assert line.split()[:3] == ["model", "blazeface_short_range", "damaged"]
-    assert "`streamer models fetch` makes the damaged and unverified ones again" in listed.output

@@ -3,9 +3,11 @@ from pathlib import Path
 
 import onnxruntime as ort
 import pytest
+from click.testing import CliRunner
 
 from streamer.assets import ASSETS, SPLITS, asset_path, asset_state
 from streamer.assets.fetch import _pip_error, fetch_assets
+from streamer.cli import main
 from streamer.config import cache_dir
 from streamer.errors import AssetError
 
@@ -15,9 +17,9 @@ def test_a_cache_that_cannot_be_written_is_one_error_before_any_download(
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    with pytest.raises(AssetError, match="cannot write the cache .*; set STREAMER_CACHE"):
+    with pytest.raises(AssetError, match="cannot use the cache .*; set STREAMER_CACHE"):
         fetch_assets(root=blocker / "cache", names=["blazeface_short_range"])
-    with pytest.raises(AssetError, match="cannot write the cache .*: not a folder"):
+    with pytest.raises(AssetError, match="cannot use the cache .*: not a folder"):
         fetch_assets(root=blocker, names=["blazeface_short_range"])
 
 
@@ -87,3 +89,30 @@ def test_a_damaged_split_is_made_again_and_media_are_checked_against_their_pin(
     asset_path(media, tmp_path).parent.mkdir()
     asset_path(media, tmp_path).write_bytes(b"not the clip")
     assert asset_state(media, tmp_path) == "damaged"
+
+
+def test_a_model_needs_its_original_only_to_be_made_again(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    model = _copy_model_into(tmp_path, "blazeface_short_range")
+    asset = next(a for a in ASSETS if a.name == "blazeface_short_range")
+    fetch_assets(root=tmp_path, names=[asset.name])
+    shutil.rmtree(tmp_path / "sources")
+    assert asset_state(asset, tmp_path) == "ready"
+    assert model.exists()
+
+
+def test_models_list_names_an_unreadable_file_and_lists_the_others(
+    tmp_path: Path, assets: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _copy_model_into(tmp_path, "blazeface_short_range")
+    model.with_name(model.name + ".sha256").mkdir()  # a digest that cannot be read as a file
+    monkeypatch.setenv("STREAMER_CACHE", str(tmp_path))
+    listed = CliRunner().invoke(main, ["models", "list"])
+    assert listed.exit_code == 1
+    states = {line.split()[1]: line.split()[2] for line in listed.stdout.splitlines()[1:]}
+    assert states["blazeface_short_range"] == "unreadable"
+    assert states["blazeface_full_range"] == "missing" and len(states) == len(ASSETS) + 2
+    assert f"error: blazeface_short_range: cannot read {model}.sha256: Is a directory" in (
+        listed.stderr
+    )
