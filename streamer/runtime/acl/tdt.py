@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 from typing import Any
 
 import structlog
@@ -149,12 +150,13 @@ class TdtQueueApi:
 
 
 def queue_prefix(model: str, device: int, inputs: int, outputs: int) -> str:
-    """``<model>.d<device>.r<serial>``: a name prefix no other set of queues of this process
-    has (replicas of one model, on one device or several), with the model name cut (at a
-    character boundary) so that the longest queue name, ``<prefix>.in<i>`` /
+    """``<model>.p<pid>.d<device>.r<serial>``: a name prefix no other set of queues has,
+    whether of this process (replicas of one model, on one device or several) or of another
+    daemon sharing the device (one ``streamer@`` instance per device range), with the model
+    name cut (at a character boundary) so that the longest queue name, ``<prefix>.in<i>`` /
     ``<prefix>.out<i>``, fits the 128 bytes of a queue name, NUL included
     (:data:`~streamer.runtime.acl.constants.QUEUE_NAME_MAX_BYTES`)."""
-    tail = f".d{device}.r{next(_SERIALS)}"
+    tail = f".p{os.getpid()}.d{device}.r{next(_SERIALS)}"
     suffix = max(len(f".in{inputs - 1}"), len(f".out{outputs - 1}"))
     budget = QUEUE_NAME_MAX_BYTES - 1 - len(tail) - suffix
     return model.encode()[:budget].decode(errors="ignore") + tail
