@@ -41,6 +41,7 @@ from streamer.errors import ConfigError, ModelError, StreamerError
 from streamer.lifecycle import Status
 from streamer.log_budget import take_unreported
 from streamer.observability.health import HealthServer, HealthState
+from streamer.observability.log_writer import EXIT_FLUSH_S, LOG_WRITER
 from streamer.observability.metrics import PipelineMetrics
 from streamer.observability.progress import ProgressMonitor, status_line
 from streamer.observability.systemd import Notifier
@@ -110,6 +111,7 @@ def exit_daemon(code: int) -> NoReturn:
         sys.exit(code)
     code = code or EXIT_FATAL
     _log.error("exit_forced", threads=stuck, code=code)
+    LOG_WRITER.flush(EXIT_FLUSH_S)  # os._exit runs no atexit handler
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

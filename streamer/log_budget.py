@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections import Counter
 
 __all__ = ["LogBudget", "take_unreported"]
 
-_BUDGETS: weakref.WeakSet[LogBudget] = weakref.WeakSet()
+_BUDGETS: list[LogBudget] = []  # a few per component, kept for the final summary
 _BUDGETS_LOCK = threading.Lock()
 
 
@@ -34,7 +33,7 @@ class LogBudget:
     def __init__(self, event: str, lines: int = 10, interval_s: float = 10.0) -> None:
         self.event = event
         with _BUDGETS_LOCK:
-            _BUDGETS.add(self)
+            _BUDGETS.append(self)
         self._lines = lines
         self._interval_ns = int(interval_s * 1e9)
         self._lock = threading.Lock()

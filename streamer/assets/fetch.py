@@ -81,7 +81,9 @@ def asset_state(asset: Asset | Split, root: Path | None = None) -> AssetState:
     digest = _digest_path(path)
     if not digest.exists():
         return "unverified"
-    return "ready" if digest.read_text().strip() == _sha256(path.read_bytes()) else "damaged"
+    written = digest.read_text().split()  # also as `sha256sum` writes it: "<hex>  <name>"
+    intact = bool(written) and written[0].lower() == _sha256(path.read_bytes())
+    return "ready" if intact else "damaged"
 
 
 def media_path(name: str, root: Path | None = None) -> Path:

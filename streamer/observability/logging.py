@@ -5,13 +5,15 @@ One event per state change or error, never one per frame at info level (DESIGN.m
 
 from __future__ import annotations
 
-import contextlib
+import io
 import logging
 import os
 import sys
 from typing import Any, Literal
 
 import structlog
+
+from streamer.observability.log_writer import LOG_WRITER
 
 __all__ = ["configure_logging", "renders_json"]
 
@@ -21,7 +23,7 @@ LogFormat = Literal["auto", "console", "json"]
 def renders_json(fmt: LogFormat) -> bool:
     """Whether log format ``fmt`` writes JSON lines: ``json``, or ``auto`` when stdout is not
     a terminal (a pipe, a file, the journal)."""
-    return fmt == "json" or (fmt == "auto" and not sys.stdout.isatty())
+    return fmt == "json" or (fmt == "auto" and not (sys.stdout and sys.stdout.isatty()))
 
 
 def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
@@ -32,6 +34,7 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
         fmt: ``console`` (key=value), ``json`` (one JSON object per line), or ``auto``
             (console when stdout is a terminal, JSON otherwise).
     """
+    _usable_stdout()
     use_json = renders_json(fmt)
     processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -52,38 +55,32 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
 
 
 class _StdoutLogger(structlog.PrintLogger):
-    """structlog's PrintLogger on ``sys.stdout`` that survives its reader going away.
-
-    A log line that cannot be written (the journal restarted, a pipe's reader exited: EPIPE;
-    a full disk) must not raise into the thread that logged it: that stopped a serving daemon
-    without a drain, or killed a pipeline thread. On the first such error standard output is
-    pointed at ``/dev/null`` (what the line held is dropped), and the daemon goes on without a
-    log; ``/metrics`` still tells how it is doing.
-    """
+    """structlog's PrintLogger whose lines go to standard output through
+    :data:`~streamer.observability.log_writer.LOG_WRITER`: a logging thread never waits for
+    the log's reader, and a reader that went away never raises into it."""
 
     @classmethod
     def factory(cls, *_args: Any) -> _StdoutLogger:
-        """structlog's ``logger_factory``: a logger on ``sys.stdout``."""
+        """structlog's ``logger_factory``."""
         return cls(sys.stdout)
 
     def msg(self, message: str) -> None:
-        """Print ``message`` and a newline; dropped if standard output refuses it."""
-        try:
-            super().msg(message)
-        except OSError:
-            _discard_stdout()
+        """Queue ``message`` as one line."""
+        LOG_WRITER.write(message)
 
     log = debug = info = warn = warning = msg
     fatal = failure = err = error = critical = exception = msg
 
 
-def _discard_stdout() -> None:
-    """Point descriptor 1 at ``/dev/null`` and drop what ``sys.stdout`` still buffers, so
-    later lines and the flush at exit succeed."""
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-    finally:
-        os.close(null)
-    with contextlib.suppress(OSError):
-        sys.stdout.flush()  # the unwritten rest goes to /dev/null now
+def _usable_stdout() -> None:
+    """Give a process started with standard output closed ``/dev/null`` there (so nothing
+    opened later takes descriptor 1), and make any stdout encoding take any text: a source id
+    the encoding cannot hold is escaped, not an error in the thread that logs it."""
+    if sys.stdout is None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != 1:
+            os.dup2(null, 1)
+            os.close(null)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")

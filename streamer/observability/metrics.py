@@ -59,6 +59,7 @@ from prometheus_client.registry import Collector
 
 from streamer.errors import Reason
 from streamer.frames import Batch, Frame, OutcomeSnapshot
+from streamer.observability.log_writer import LOG_WRITER
 
 __all__ = ["LATENCY_BUCKETS_S", "PipelineMetrics", "PipelineSample"]
 
@@ -139,6 +140,11 @@ class _PipelineCollector(Collector):
             flushes.add_metric([reason], count)
         yield flushes
         yield from _replica_families(sample.replicas)
+        yield CounterMetricFamily(
+            "streamer_log_lines_dropped",
+            "Log lines dropped while standard output was not read (10000 waiting).",
+            LOG_WRITER.dropped,
+        )
 
 
 def _replica_families(replicas: Sequence[tuple[str, int, int, int, bool]]) -> Iterator[Metric]:

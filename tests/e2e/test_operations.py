@@ -8,6 +8,7 @@ systemd's end of sd_notify is played by a real unix datagram socket handed to th
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import queue
@@ -380,3 +381,36 @@ def test_a_log_reader_that_goes_away_does_not_stop_the_daemon(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_log_reader_that_stops_reading_holds_no_thread_of_the_daemon(
+    tmp_path: Path, assets: dict[str, Path], astronaut: np.ndarray
+) -> None:
+    """Standard output full (a stalled journal, a paused pager): reloads, serving and a
+    SIGTERM's drain go on; only log lines wait, or are dropped."""
+    path, in_port, out_port, _ = shipped_config("default.toml", tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamer", "run", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        fcntl.fcntl(process.stdout, fcntl.F_SETPIPE_SZ, 4096)
+        while json.loads(process.stdout.readline())["event"] != "ready":
+            pass
+        for _ in range(20):  # each logs lines that nobody reads: the pipe fills
+            process.send_signal(signal.SIGHUP)
+        endpoints = SimpleNamespace(
+            ingress=f"tcp://127.0.0.1:{in_port}", egress=f"tcp://127.0.0.1:{out_port}"
+        )
+        Client(cast(Daemon, endpoints), astronaut).close()  # its probes' results: it serves
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()

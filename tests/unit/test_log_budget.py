@@ -1,6 +1,15 @@
+import gc
+
+import pytest
+
 from streamer.log_budget import LogBudget, take_unreported
 
 S = 1_000_000_000  # ns
+
+
+@pytest.fixture(autouse=True)
+def _no_lines_left_out_before() -> None:
+    take_unreported()  # what other tests' budgets left out
 
 
 def test_lines_beyond_the_budget_are_counted_and_reported_by_the_next_one() -> None:
@@ -20,3 +29,16 @@ def test_what_no_line_reported_is_summed_by_event_and_then_forgotten() -> None:
     assert take_unreported() == {"flood_a": 5}  # 3 + 2 left out; flood_b left out none
     assert take_unreported() == {}
     assert first.take(now_ns=20 * S) == 0  # already reported in the summary
+
+
+def test_a_budget_whose_owner_is_gone_still_counts_in_the_summary() -> None:
+    """The CURVE authenticator's budget outlives no reference of the daemon's own."""
+
+    def flood() -> None:
+        budget = LogBudget("owner_gone", lines=1)
+        for _ in range(4):
+            budget.take(now_ns=0)
+
+    flood()
+    gc.collect()
+    assert take_unreported() == {"owner_gone": 3}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import os
+import secrets
 from typing import Any
 
 import structlog
@@ -26,6 +26,8 @@ _log = structlog.get_logger(__name__)
 
 _SERIALS = itertools.count()
 """Numbers the sets of queues this process creates, so no two replicas share a name."""
+_PROCESS_TAG = secrets.token_hex(4)
+"""Tells this process's queues from another's on the same device."""
 
 _P = ctypes.c_void_p
 _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
@@ -150,13 +152,14 @@ class TdtQueueApi:
 
 
 def queue_prefix(model: str, device: int, inputs: int, outputs: int) -> str:
-    """``<model>.p<pid>.d<device>.r<serial>``: a name prefix no other set of queues has,
-    whether of this process (replicas of one model, on one device or several) or of another
-    daemon sharing the device (one ``streamer@`` instance per device range), with the model
+    """``<model>.<process tag>.d<device>.r<serial>``: a name prefix no other set of queues
+    has, whether of this process (replicas of one model, on one device or several) or of
+    another daemon sharing the device (one ``streamer@`` instance per device range, or a
+    container, where process ids repeat: the tag is random), with the model
     name cut (at a character boundary) so that the longest queue name, ``<prefix>.in<i>`` /
     ``<prefix>.out<i>``, fits the 128 bytes of a queue name, NUL included
     (:data:`~streamer.runtime.acl.constants.QUEUE_NAME_MAX_BYTES`)."""
-    tail = f".p{os.getpid()}.d{device}.r{next(_SERIALS)}"
+    tail = f".{_PROCESS_TAG}.d{device}.r{next(_SERIALS)}"
     suffix = max(len(f".in{inputs - 1}"), len(f".out{outputs - 1}"))
     budget = QUEUE_NAME_MAX_BYTES - 1 - len(tail) - suffix
     return model.encode()[:budget].decode(errors="ignore") + tail

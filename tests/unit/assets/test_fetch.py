@@ -1,3 +1,4 @@
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -116,3 +117,20 @@ def test_models_list_names_an_unreadable_file_and_lists_the_others(
     assert f"error: blazeface_short_range: cannot read {model}.sha256: Is a directory" in (
         listed.stderr
     )
+
+
+def test_a_digest_written_by_hand_or_by_sha256sum_is_read(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    model = _copy_model_into(tmp_path, "blazeface_short_range")
+    asset = next(a for a in ASSETS if a.name == "blazeface_short_range")
+    digest = model.with_name(model.name + ".sha256")
+    hexdigest = hashlib.sha256(model.read_bytes()).hexdigest()
+    for text, state in (
+        (hexdigest.upper(), "ready"),
+        (f"{hexdigest}  {model.name}\n", "ready"),
+        ("", "damaged"),
+        ("0" * 64, "damaged"),
+    ):
+        digest.write_text(text)
+        assert asset_state(asset, tmp_path) == state, text

@@ -1,0 +1,105 @@
+"""The thread that writes the log to standard output.
+
+A thread that logs hands its line to :data:`LOG_WRITER` and goes on. A reader that stops
+reading standard output (a stalled journal, a paused pager, a stuck ``tee``) fills the pipe,
+and a write then blocks: it must block this thread only, never a pipeline thread nor the
+control loop that acts on SIGTERM. Up to :data:`QUEUED_LINES_MAX` lines wait; beyond, lines
+are dropped and counted (``streamer_log_lines_dropped_total``). A write that fails (the reader
+went away: EPIPE; a full disk: ENOSPC) points descriptor 1 at ``/dev/null``, and the daemon
+goes on without a log; ``/metrics`` still tells how it is doing. At exit, the lines still
+queued get :data:`EXIT_FLUSH_S` to leave.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import sys
+import threading
+
+__all__ = ["EXIT_FLUSH_S", "LOG_WRITER", "QUEUED_LINES_MAX", "LogWriter"]
+
+QUEUED_LINES_MAX = 10_000
+EXIT_FLUSH_S = 2.0
+
+
+class LogWriter:
+    """Lines for standard output, written in order by one thread of their own; thread-safe.
+
+    Args:
+        capacity: lines waiting at most; more are dropped (:attr:`dropped`).
+
+    Attributes:
+        dropped: lines dropped because ``capacity`` lines were waiting.
+    """
+
+    def __init__(self, capacity: int = QUEUED_LINES_MAX) -> None:
+        self._capacity = capacity
+        self._ready = threading.Condition()
+        self._lines: collections.deque[str] = collections.deque()
+        self._writing = False
+        self._thread: threading.Thread | None = None
+        self.dropped = 0
+
+    def write(self, line: str) -> None:
+        """Queue ``line`` (without its newline); never blocks on standard output."""
+        with self._ready:
+            if len(self._lines) >= self._capacity:
+                self.dropped += 1
+                return
+            self._lines.append(line)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
+                self._thread.start()
+            self._ready.notify_all()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until every queued line is written, at most ``timeout_s``; whether they were."""
+        with self._ready:
+            return self._ready.wait_for(lambda: not self._lines and not self._writing, timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: bool(self._lines))
+                text = "".join(line + "\n" for line in self._lines)
+                self._lines.clear()
+                self._writing = True
+            try:
+                _write(text)
+            finally:
+                with self._ready:
+                    self._writing = False
+                    self._ready.notify_all()
+
+
+def _write(text: str) -> None:
+    """Write ``text`` to descriptor 1, in standard output's encoding (what it cannot hold
+    escaped); on a failed write, send the log to ``/dev/null`` from then on.
+
+    ``os.write``, not ``sys.stdout``: a write blocked on a full pipe then holds no lock of
+    Python's, so the interpreter can still exit (it flushes ``sys.stdout`` at exit, and would
+    abort waiting for a lock held by this daemon thread)."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    data = memoryview(text.encode(encoding, errors="backslashreplace"))
+    try:
+        while data:
+            data = data[os.write(1, data) :]
+    except OSError:
+        _discard_stdout()
+
+
+def _discard_stdout() -> None:
+    """Point descriptor 1 at ``/dev/null``: later lines, and anything else that writes to
+    standard output, succeed and are dropped."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+    finally:
+        os.close(null)
+
+
+LOG_WRITER = LogWriter()
+"""The process's writer of log lines (structlog's logger hands it every line)."""
+atexit.register(LOG_WRITER.flush, EXIT_FLUSH_S)
