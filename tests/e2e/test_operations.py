@@ -8,6 +8,7 @@ systemd's end of sd_notify is played by a real unix datagram socket handed to th
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -352,35 +353,49 @@ def _field(status: Path, name: str) -> str:
     return line.split()[1]
 
 
-def test_a_log_reader_that_goes_away_does_not_stop_the_daemon(
-    tmp_path: Path, assets: dict[str, Path], astronaut: np.ndarray
-) -> None:
-    """Standard output closed by its reader (a journal restart, `| head`): the daemon keeps
-    serving without a log, and a SIGTERM still drains and exits 0."""
-    path, in_port, out_port, _ = shipped_config("default.toml", tmp_path)
+@contextlib.contextmanager
+def daemon_on_a_pipe(
+    folder: Path, pipe_bytes: int | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], Daemon]]:
+    """``streamer run`` on the default config, its log on a pipe (of ``pipe_bytes``) that the
+    test reads as it likes, once ready: the process, and its endpoints for a :class:`Client`."""
+    path, in_port, out_port, _ = shipped_config("default.toml", folder)
     process = subprocess.Popen(
         [sys.executable, "-m", "streamer", "run", "--config", str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    assert process.stdout is not None
     try:
-        assert process.stdout is not None
+        if pipe_bytes is not None:
+            fcntl.fcntl(process.stdout, fcntl.F_SETPIPE_SZ, pipe_bytes)
         while json.loads(process.stdout.readline())["event"] != "ready":
             pass
-        process.stdout.close()  # the reader goes away; the next log line meets EPIPE
         endpoints = SimpleNamespace(
             ingress=f"tcp://127.0.0.1:{in_port}", egress=f"tcp://127.0.0.1:{out_port}"
         )
-        Client(cast(Daemon, endpoints), astronaut).close()  # its probes' results: it serves
-        process.send_signal(signal.SIGHUP)  # logs reload lines into the closed pipe
-        Client(cast(Daemon, endpoints), astronaut).close()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(30) == 0
+        yield process, cast(Daemon, endpoints)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+        process.stdout.close()
+
+
+def test_a_log_reader_that_goes_away_does_not_stop_the_daemon(
+    tmp_path: Path, assets: dict[str, Path], astronaut: np.ndarray
+) -> None:
+    """Standard output closed by its reader (a journal restart, `| head`): the daemon keeps
+    serving without a log, and a SIGTERM still drains and exits 0."""
+    with daemon_on_a_pipe(tmp_path) as (process, endpoints):
+        assert process.stdout is not None
+        process.stdout.close()  # the reader goes away; the next log line meets EPIPE
+        Client(endpoints, astronaut).close()  # its probes' results: it serves
+        process.send_signal(signal.SIGHUP)  # logs reload lines into the closed pipe
+        Client(endpoints, astronaut).close()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
 
 
 def test_a_log_reader_that_stops_reading_holds_no_thread_of_the_daemon(
@@ -388,29 +403,9 @@ def test_a_log_reader_that_stops_reading_holds_no_thread_of_the_daemon(
 ) -> None:
     """Standard output full (a stalled journal, a paused pager): reloads, serving and a
     SIGTERM's drain go on; only log lines wait, or are dropped."""
-    path, in_port, out_port, _ = shipped_config("default.toml", tmp_path)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamer", "run", "--config", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert process.stdout is not None
-        fcntl.fcntl(process.stdout, fcntl.F_SETPIPE_SZ, 4096)
-        while json.loads(process.stdout.readline())["event"] != "ready":
-            pass
+    with daemon_on_a_pipe(tmp_path, pipe_bytes=4096) as (process, endpoints):
         for _ in range(20):  # each logs lines that nobody reads: the pipe fills
             process.send_signal(signal.SIGHUP)
-        endpoints = SimpleNamespace(
-            ingress=f"tcp://127.0.0.1:{in_port}", egress=f"tcp://127.0.0.1:{out_port}"
-        )
-        Client(cast(Daemon, endpoints), astronaut).close()  # its probes' results: it serves
+        Client(endpoints, astronaut).close()  # its probes' results: it serves
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
