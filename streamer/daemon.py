@@ -47,7 +47,7 @@ from streamer.observability.progress import ProgressMonitor, status_line
 from streamer.observability.systemd import Notifier
 from streamer.pipeline import Pipeline
 from streamer.release import close_logged
-from streamer.signals import release_daemon_signals
+from streamer.signals import SignalFlag, release_daemon_signals
 
 __all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_USAGE", "exit_daemon", "run_daemon"]
 
@@ -63,8 +63,8 @@ _log = structlog.get_logger(__name__)
 class _Requests:
     """What signal handlers ask of the control loop, and the signals they received."""
 
-    stop: threading.Event
-    reload: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event | SignalFlag
+    reload: SignalFlag = field(default_factory=SignalFlag)
     received: queue.SimpleQueue[int] = field(default_factory=queue.SimpleQueue)
 
     def log_received(self) -> None:
@@ -78,9 +78,10 @@ class _Requests:
 
 
 def _install_signal_handlers(requests: _Requests) -> None:
-    # A handler runs between two bytecodes of the main thread, possibly while it holds the
-    # logger's lock, so handlers only record (SimpleQueue.put is reentrant) and set events;
-    # the control loop logs. Logging here deadlocked a SIGHUP that came during a log line.
+    # A handler runs between two bytecodes of the main thread, possibly while it holds a
+    # lock, so handlers take none: they record (SimpleQueue.put is reentrant) and set
+    # SignalFlags; the control loop logs. Logging here deadlocked a SIGHUP that came during a
+    # log line, and threading.Event.set ended a burst of SIGHUPs in RecursionError.
     def stop(signum: int, _frame: FrameType | None) -> None:
         requests.received.put(signum)
         requests.stop.set()
@@ -117,7 +118,9 @@ def exit_daemon(code: int) -> NoReturn:
     os._exit(code)
 
 
-def run_daemon(config: Config, config_path: Path, stop: threading.Event | None = None) -> int:
+def run_daemon(
+    config: Config, config_path: Path, stop: threading.Event | SignalFlag | None = None
+) -> int:
     """Run the daemon until ``stop`` is set (by SIGINT/SIGTERM in the main thread).
 
     Args:
@@ -130,7 +133,7 @@ def run_daemon(config: Config, config_path: Path, stop: threading.Event | None =
     Returns:
         The process exit code (see the module docstring).
     """
-    requests = _Requests(stop or threading.Event())
+    requests = _Requests(stop or SignalFlag())
     if stop is None:
         _install_signal_handlers(requests)
     health, metrics = HealthState(), PipelineMetrics()

@@ -44,7 +44,7 @@ from streamer.scheduling.chain_run import ChainRun
 from streamer.scheduling.reorder import ReorderBuffer
 from streamer.scheduling.replica import Replica
 from streamer.scheduling.sources import SourceTracker
-from streamer.scheduling.swap import retire
+from streamer.scheduling.swap import StopRequest, retire
 from streamer.transport.egress import Egress
 from streamer.transport.endpoints import check_endpoints
 from streamer.transport.ingress import Ingress, widest_limits
@@ -292,7 +292,7 @@ class Pipeline:
             return None
         return self._pool.submit(prepare_frame, frame, stage, limits, keep)
 
-    def reload(self, config: Config, stop: threading.Event | None = None) -> bool:
+    def reload(self, config: Config, stop: StopRequest | None = None) -> bool:
         """Replace the chain of models by the one of ``config`` when its models changed,
         without losing a frame.
 
@@ -361,9 +361,7 @@ class Pipeline:
             raise
         return chain
 
-    def _swap(
-        self, chain: ChainRun, stages: list[ModelStage], stop: threading.Event | None
-    ) -> bool:
+    def _swap(self, chain: ChainRun, stages: list[ModelStage], stop: StopRequest | None) -> bool:
         """Put ``chain`` into service at an in-band marker and retire the old one; False if
         its first batcher failed to start (``reload_failed``)."""
         old = self._chain

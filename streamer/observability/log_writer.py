@@ -4,7 +4,8 @@ A thread that logs hands its line to :data:`LOG_WRITER` and goes on. A reader th
 reading standard output (a stalled journal, a paused pager, a stuck ``tee``) fills the pipe,
 and a write then blocks: it must block this thread only, never a pipeline thread nor the
 control loop that acts on SIGTERM. Up to :data:`QUEUED_LINES_MAX` lines wait; beyond, lines
-are dropped and counted (``streamer_log_lines_dropped_total``). A write that fails (the reader
+are dropped and counted (``streamer_log_lines_dropped_total``, and a ``log_lines_dropped``
+line where the log resumes). A write that fails (the reader
 went away: EPIPE; a full disk: ENOSPC) points descriptor 1 at ``/dev/null``, and the daemon
 goes on without a log; ``/metrics`` still tells how it is doing. At exit, the lines still
 queued get :data:`EXIT_FLUSH_S` to leave.
@@ -15,13 +16,17 @@ from __future__ import annotations
 import atexit
 import collections
 import os
+import select
 import sys
 import threading
+
+import structlog
 
 __all__ = ["EXIT_FLUSH_S", "LOG_WRITER", "QUEUED_LINES_MAX", "LogWriter"]
 
 QUEUED_LINES_MAX = 10_000
 EXIT_FLUSH_S = 2.0
+_log = structlog.get_logger(__name__)
 
 
 class LogWriter:
@@ -60,23 +65,37 @@ class LogWriter:
             return self._ready.wait_for(lambda: not self._lines and not self._writing, timeout_s)
 
     def _run(self) -> None:
+        reported = 0
         while True:
             with self._ready:
                 self._ready.wait_for(lambda: bool(self._lines))
                 text = "".join(line + "\n" for line in self._lines)
                 self._lines.clear()
                 self._writing = True
+                dropped = self.dropped
             try:
                 _write(text)
             finally:
                 with self._ready:
                     self._writing = False
                     self._ready.notify_all()
+            if dropped > reported:  # where the gap is, in the log itself
+                _log.warning("log_lines_dropped", dropped=dropped - reported, total=dropped)
+                reported = dropped
+
+    def _forget_in_child(self) -> None:
+        """After a fork: the child has no writer thread; it starts its own at its first
+        line, without the parent's queue."""
+        self._ready = threading.Condition()
+        self._lines.clear()
+        self._writing = False
+        self._thread = None
 
 
 def _write(text: str) -> None:
     """Write ``text`` to descriptor 1, in standard output's encoding (what it cannot hold
-    escaped); on a failed write, send the log to ``/dev/null`` from then on.
+    escaped), waiting while it is full, also when it is non-blocking (a supervisor may hand
+    one over); on a failed write, send the log to ``/dev/null`` from then on.
 
     ``os.write``, not ``sys.stdout``: a write blocked on a full pipe then holds no lock of
     Python's, so the interpreter can still exit (it flushes ``sys.stdout`` at exit, and would
@@ -85,7 +104,10 @@ def _write(text: str) -> None:
     data = memoryview(text.encode(encoding, errors="backslashreplace"))
     try:
         while data:
-            data = data[os.write(1, data) :]
+            try:
+                data = data[os.write(1, data) :]
+            except BlockingIOError:
+                select.select([], [1], [])
     except OSError:
         _discard_stdout()
 
@@ -103,3 +125,4 @@ def _discard_stdout() -> None:
 LOG_WRITER = LogWriter()
 """The process's writer of log lines (structlog's logger hands it every line)."""
 atexit.register(LOG_WRITER.flush, EXIT_FLUSH_S)
+os.register_at_fork(after_in_child=LOG_WRITER._forget_in_child)

@@ -25,21 +25,29 @@ push back.
 
 from __future__ import annotations
 
-import threading
 import time
+from typing import Protocol
 
 import structlog
 
 from streamer.release import close_logged
 from streamer.scheduling.chain_run import ChainRun
 
-__all__ = ["retire"]
+__all__ = ["StopRequest", "retire"]
 
 _log = structlog.get_logger(__name__)
 
 
+class StopRequest(Protocol):
+    """Whether the daemon was asked to stop (a ``threading.Event``, or the signal handlers'
+    :class:`~streamer.signals.SignalFlag`)."""
+
+    def is_set(self) -> bool:
+        """Whether a stop was asked for."""
+
+
 def retire(
-    old: ChainRun, timeout_s: float, stop: threading.Event | None = None, grace_s: float = 0.0
+    old: ChainRun, timeout_s: float, stop: StopRequest | None = None, grace_s: float = 0.0
 ) -> bool:
     """Step 4: drain the old chain within ``timeout_s`` seconds and close its models; once
     ``stop`` is set (the daemon was asked to stop meanwhile), within ``grace_s`` seconds of
@@ -68,7 +76,7 @@ class _Deadline:
     """A drain's deadline (``time.monotonic()`` s) that moves to ``grace_s`` after the
     moment ``stop`` is first seen set, when that is sooner."""
 
-    def __init__(self, deadline: float, stop: threading.Event | None, grace_s: float) -> None:
+    def __init__(self, deadline: float, stop: StopRequest | None, grace_s: float) -> None:
         self._deadline = deadline
         self._stop = stop
         self._grace_s = grace_s

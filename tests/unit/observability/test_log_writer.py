@@ -58,3 +58,56 @@ def test_a_process_started_with_stdout_closed_logs_to_nowhere_without_failing() 
     )
     child = subprocess.run([sys.executable, "-c", command], capture_output=True, timeout=60)
     assert child.returncode == 0 and child.stderr == b"done\n", child.stderr
+
+
+RESUMED = """
+import fcntl, os, sys
+import structlog
+from streamer.observability.log_writer import LOG_WRITER, QUEUED_LINES_MAX
+from streamer.observability.logging import configure_logging
+fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 4096)
+if sys.argv[1] == "nonblocking":  # as a supervisor may hand it over
+    fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK)
+configure_logging("info", "json")
+log = structlog.get_logger()
+for n in range(int(sys.argv[2])):
+    log.info("line", n=n)
+print(LOG_WRITER.dropped, file=sys.stderr, flush=True)
+sys.stdin.readline()  # the reader starts reading now
+LOG_WRITER.flush(60)
+log.info("after")
+"""
+
+
+def resumed(mode: str, lines: int) -> tuple[int, list[dict[str, object]]]:
+    """A child logs ``lines`` lines into a 4 KiB pipe nobody reads, then the test reads it all:
+    (the lines the child counted dropped, the events that came out)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", RESUMED, mode, str(lines)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stderr is not None
+    dropped = int(child.stderr.readline())
+    out, _ = child.communicate("go\n", timeout=120)
+    assert child.returncode == 0
+    return dropped, [json.loads(line) for line in out.splitlines()]
+
+
+def test_a_non_blocking_stdout_that_fills_up_loses_no_line() -> None:
+    dropped, events = resumed("nonblocking", 2000)
+    assert dropped == 0
+    assert [e.get("n") for e in events] == [*range(2000), None]
+    assert events[-1]["event"] == "after"
+
+
+def test_where_lines_were_dropped_the_log_says_how_many() -> None:
+    dropped, events = resumed("blocking", 30_000)
+    assert dropped > 0
+    (gap,) = [e for e in events if e["event"] == "log_lines_dropped"]
+    assert gap["total"] == gap["dropped"] == dropped
+    numbers = [e["n"] for e in events if e["event"] == "line"]
+    assert numbers == sorted(numbers) and len(numbers) + dropped == 30_000
+    assert "after" in [e["event"] for e in events[-2:]]  # the gap's line may come after it
