@@ -44,7 +44,8 @@ def native_output_logged() -> Iterator[None]:
     start. ``sys.stderr`` is rebound to the original standard error meanwhile.
 
     Raises:
-        OSError: the pipe or the duplicate descriptors could not be made (nothing changed).
+        OSError: the pipe or the duplicate descriptors could not be made (nothing changed,
+            except that a descriptor 2 found closed is ``/dev/null`` now).
     """
     if sys.stderr is not None:
         sys.stderr.flush()
