@@ -39,7 +39,7 @@ import structlog
 from streamer.config import Config, DaemonConfig, load_config
 from streamer.errors import ConfigError, ModelError, StreamerError
 from streamer.lifecycle import Status
-from streamer.log_budget import take_unreported
+from streamer.log_budget import LogBudget, take_unreported
 from streamer.observability.health import HealthServer, HealthState
 from streamer.observability.log_writer import EXIT_FLUSH_S, LOG_WRITER
 from streamer.observability.metrics import PipelineMetrics
@@ -66,15 +66,19 @@ class _Requests:
     stop: threading.Event | SignalFlag
     reload: SignalFlag = field(default_factory=SignalFlag)
     received: queue.SimpleQueue[int] = field(default_factory=queue.SimpleQueue)
+    lines: LogBudget = field(default_factory=lambda: LogBudget("signal_received"))
 
     def log_received(self) -> None:
-        """Log each signal received since the last call (``signal_received``)."""
+        """Log each signal received since the last call (``signal_received``; a burst of
+        thousands is budgeted like the other lines a peer can multiply)."""
         while True:
             try:
                 signum = self.received.get_nowait()
             except queue.Empty:
                 return
-            _log.info("signal_received", signal=signal.Signals(signum).name)
+            if (suppressed := self.lines.take()) is not None:
+                name = signal.Signals(signum).name
+                _log.info("signal_received", signal=name, suppressed=suppressed)
 
 
 def _install_signal_handlers(requests: _Requests) -> None:

@@ -12,14 +12,22 @@ where Python runs handlers.
 
 from __future__ import annotations
 
-import contextlib
-import queue
 import signal
+import time
 
-__all__ = ["DAEMON_SIGNALS", "SignalFlag", "hold_daemon_signals", "release_daemon_signals"]
+__all__ = [
+    "DAEMON_SIGNALS",
+    "POLL_S",
+    "SignalFlag",
+    "hold_daemon_signals",
+    "release_daemon_signals",
+]
 
 DAEMON_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 """Stop (SIGINT, SIGTERM) and reload (SIGHUP)."""
+POLL_S = 0.02
+"""How often :meth:`SignalFlag.wait` looks at its flag (s): the longest a stop waits to be
+seen."""
 
 
 def hold_daemon_signals() -> None:
@@ -38,35 +46,32 @@ class SignalFlag:
     A handler runs in the main thread between two bytecodes, possibly while that thread
     holds a lock. ``threading.Event.set`` takes the event's lock, so a handler that interrupts
     the main thread inside it, or inside another handler's ``set``, never gets it: a burst of
-    SIGHUPs ended the daemon in ``RecursionError``. Here nothing takes a lock: the flag is a
-    plain attribute, and the wake-up a ``SimpleQueue.put``, which is reentrant (Python docs,
-    ``queue.SimpleQueue.put``).
+    SIGHUPs ended the daemon in ``RecursionError``. Here the flag is a plain attribute, and
+    :meth:`wait` polls it every :data:`POLL_S` in ``time.sleep``, which a signal interrupts to
+    run its handler. (A ``SimpleQueue.get(timeout)`` woken by ``set`` is no substitute: on
+    CPython up to 3.12, a signal landing as its timeout runs out can leave it waiting forever,
+    and the control loop with it.)
     """
 
     def __init__(self) -> None:
         self._set = False
-        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
 
     def set(self) -> None:
-        """Set the flag and wake the waiter; safe in a signal handler."""
+        """Set the flag; safe in a signal handler."""
         self._set = True
-        self._wake.put(None)
 
     def clear(self) -> None:
-        """Clear the flag and forget the wake-ups queued so far (the waiting thread, once it
-        acted on it)."""
+        """Clear the flag (the thread that acted on it)."""
         self._set = False
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self._wake.get_nowait()
 
     def is_set(self) -> bool:
         """Whether the flag is set; any thread."""
         return self._set
 
     def wait(self, timeout_s: float) -> bool:
-        """Wait until the flag is set, at most ``timeout_s``; whether it is. One waiter."""
-        if not self._set:
-            with contextlib.suppress(queue.Empty):
-                self._wake.get(timeout=timeout_s)
+        """Wait until the flag is set, at most ``timeout_s`` (and at most :data:`POLL_S`
+        after it is set); whether it is."""
+        deadline = time.monotonic() + timeout_s
+        while not self._set and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, POLL_S))
         return self._set
