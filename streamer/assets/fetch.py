@@ -60,8 +60,9 @@ def asset_path(asset: Asset | Split, root: Path | None = None) -> Path:
 
 
 AssetState = Literal["ready", "missing", "damaged", "unverified"]
-"""What the cache holds of an asset: ``ready`` (intact), ``missing``, ``damaged`` (its digest
-or its original does not match) or ``unverified`` (a model written without a digest)."""
+"""What the cache holds of an asset: ``ready`` (intact), ``missing``, ``damaged`` (it no
+longer matches its pinned SHA-256 or the digest written beside it) or ``unverified`` (a model
+written without a digest)."""
 
 
 def asset_state(asset: Asset | Split, root: Path | None = None) -> AssetState:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,12 +45,20 @@ class CallLog:
     def __init__(self, size: int) -> None:
         self._calls: deque[Call] = deque(maxlen=size)
         self._lock = threading.Lock()
+        self._recorded = threading.Condition(self._lock)
 
     def record(self, api: str, args: Iterable[Any], result: Any) -> None:
         """Append one call made by the current thread."""
         call = Call(api, tuple(map(_plain, args)), _plain(result), threading.current_thread().name)
-        with self._lock:
+        with self._recorded:
             self._calls.append(call)
+            self._recorded.notify_all()
+
+    def wait_for(self, match: Callable[[Call], bool], timeout_s: float) -> bool:
+        """Wait until a call that ``match`` accepts is in the log, at most ``timeout_s``
+        seconds; whether one is."""
+        with self._recorded:
+            return self._recorded.wait_for(lambda: any(map(match, self._calls)), timeout_s)
 
     def calls(self, prefix: str = "") -> list[Call]:
         """The calls whose API name starts with ``prefix``, oldest first."""

@@ -266,11 +266,12 @@ def test_older_releases_callback_timeout_code_is_no_report_yet(
         report_timeout_ms=10, sim={"report_timeout_code": "wait_callback_timeout"}
     )
     model = backend.load(ModelSpec("face", dynamic_model, mode="async"))
-    log = backend.simulator.log
-    while AclCode.ERROR_WAIT_CALLBACK_TIMEOUT not in [
-        c.result for c in log.calls("acl.rt.process_report")
-    ]:
-        time.sleep(0.01)  # until the callback thread had a turn without a callback
+    assert backend.simulator.log.wait_for(  # the callback thread had a turn without one
+        lambda c: (
+            c.api == "acl.rt.process_report" and c.result == AclCode.ERROR_WAIT_CALLBACK_TIMEOUT
+        ),
+        timeout_s=30,
+    )
     batch = blazeface_input(frames[:1])
     model.enqueue([batch])
     assert (done := model.dequeue(5000)) is not None and done.error is None
