@@ -5,16 +5,19 @@ reading standard output (a stalled journal, a paused pager, a stuck ``tee``) fil
 and a write then blocks: it must block this thread only, never a pipeline thread nor the
 control loop that acts on SIGTERM. Up to :data:`QUEUED_LINES_MAX` lines wait; beyond, lines
 are dropped and counted (``streamer_log_lines_dropped_total``, and a ``log_lines_dropped``
-line where the log resumes). A write that fails (the reader
-went away: EPIPE; a full disk: ENOSPC) points descriptor 1 at ``/dev/null``, and the daemon
-goes on without a log; ``/metrics`` still tells how it is doing. At exit, the lines still
-queued get :data:`EXIT_FLUSH_S` to leave.
+line where the log resumes). A write that fails because the file it goes to has no room
+(a full disk or quota: ENOSPC, EDQUOT; a file-size limit: EFBIG) drops those lines, counted
+the same way, and the next lines try again: the log comes back once there is room. Any other
+failed write (the reader went away: EPIPE) points descriptor 1 at ``/dev/null``, and the
+daemon goes on without a log; ``/metrics`` still tells how it is doing. At exit, the lines
+still queued get :data:`EXIT_FLUSH_S` to leave.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import errno
 import os
 import select
 import sys
@@ -26,6 +29,8 @@ __all__ = ["EXIT_FLUSH_S", "LOG_WRITER", "QUEUED_LINES_MAX", "LogWriter"]
 
 QUEUED_LINES_MAX = 10_000
 EXIT_FLUSH_S = 2.0
+NO_ROOM_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+"""Failed writes after which the log tries again: the file may get room later."""
 _log = structlog.get_logger(__name__)
 
 
@@ -36,7 +41,8 @@ class LogWriter:
         capacity: lines waiting at most; more are dropped (:attr:`dropped`).
 
     Attributes:
-        dropped: lines dropped because ``capacity`` lines were waiting.
+        dropped: lines dropped because ``capacity`` lines were waiting or because the file
+            had no room for them (:data:`NO_ROOM_ERRORS`).
     """
 
     def __init__(self, capacity: int = QUEUED_LINES_MAX) -> None:
@@ -45,6 +51,7 @@ class LogWriter:
         self._lines: collections.deque[str] = collections.deque()
         self._writing = False
         self._thread: threading.Thread | None = None
+        self._cut_line = False
         self.dropped = 0
 
     def write(self, line: str) -> None:
@@ -74,14 +81,28 @@ class LogWriter:
                 self._writing = True
                 dropped = self.dropped
             try:
-                _write(text)
+                lost = self._write(text)
             finally:
                 with self._ready:
                     self._writing = False
+                    self.dropped += lost
                     self._ready.notify_all()
-            if dropped > reported:  # where the gap is, in the log itself
+            if not lost and dropped > reported:  # where the gap is, once the log writes again
                 _log.warning("log_lines_dropped", dropped=dropped - reported, total=dropped)
                 reported = dropped
+
+    def _write(self, text: str) -> int:
+        """Write ``text`` (whole lines) with :func:`_write`; the lines lost because the file
+        had no room. A line cut short by such a failure is ended before the next text."""
+        ending = b"\n" if self._cut_line else b""
+        data = ending + _encoded(text)
+        written = _write(data)
+        if written == len(data):
+            self._cut_line = False
+            return 0
+        if written:
+            self._cut_line = data[written - 1 : written] != b"\n"
+        return data.count(b"\n", max(written, len(ending)))
 
     def _forget_in_child(self) -> None:
         """After a fork: the child has no writer thread; it starts its own at its first
@@ -89,27 +110,38 @@ class LogWriter:
         self._ready = threading.Condition()
         self._lines.clear()
         self._writing = False
+        self._cut_line = False
         self._thread = None
 
 
-def _write(text: str) -> None:
-    """Write ``text`` to descriptor 1, in standard output's encoding (what it cannot hold
-    escaped), waiting while it is full, also when it is non-blocking (a supervisor may hand
-    one over); on a failed write, send the log to ``/dev/null`` from then on.
+def _encoded(text: str) -> bytes:
+    """``text`` in standard output's encoding, what it cannot hold escaped."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    return text.encode(encoding, errors="backslashreplace")
+
+
+def _write(data: bytes) -> int:
+    """Write ``data`` to descriptor 1, waiting while it is full, also when it is non-blocking
+    (a supervisor may hand one over); the bytes written: all of them, or fewer after a failure
+    for want of room (:data:`NO_ROOM_ERRORS`). After any other failed write, the log goes to
+    ``/dev/null`` from then on (and the bytes count as written).
 
     ``os.write``, not ``sys.stdout``: a write blocked on a full pipe then holds no lock of
     Python's, so the interpreter can still exit (it flushes ``sys.stdout`` at exit, and would
     abort waiting for a lock held by this daemon thread)."""
-    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
-    data = memoryview(text.encode(encoding, errors="backslashreplace"))
+    view = memoryview(data)
+    written = 0
     try:
-        while data:
+        while written < len(data):
             try:
-                data = data[os.write(1, data) :]
+                written += os.write(1, view[written:])
             except BlockingIOError:
                 select.select([], [1], [])
-    except OSError:
+    except OSError as exc:
+        if exc.errno in NO_ROOM_ERRORS:
+            return written
         _discard_stdout()
+    return len(data)
 
 
 def _discard_stdout() -> None:

@@ -142,7 +142,7 @@ class _PipelineCollector(Collector):
         yield from _replica_families(sample.replicas)
         yield CounterMetricFamily(
             "streamer_log_lines_dropped",
-            "Log lines dropped while standard output was not read (10000 waiting).",
+            "Log lines dropped: standard output not read (10000 waiting) or its file full.",
             LOG_WRITER.dropped,
         )
 

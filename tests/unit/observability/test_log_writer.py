@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 UNREAD = """
 import structlog
@@ -111,3 +112,60 @@ def test_where_lines_were_dropped_the_log_says_how_many() -> None:
     numbers = [e["n"] for e in events if e["event"] == "line"]
     assert numbers == sorted(numbers) and len(numbers) + dropped == 30_000
     assert "after" in [e["event"] for e in events[-2:]]  # the gap's line may come after it
+
+
+NO_ROOM = """
+import resource, signal, sys
+import structlog
+from streamer.observability.log_writer import LOG_WRITER
+from streamer.observability.logging import configure_logging
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+resource.setrlimit(resource.RLIMIT_FSIZE, (4000, hard))
+configure_logging("info", "json")
+log = structlog.get_logger()
+for n in range(200):
+    log.info("line", n=n)
+    LOG_WRITER.flush(60)  # one write per line: the limit cuts one line, the rest fail
+dropped = LOG_WRITER.dropped
+resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))  # room again
+log.info("after")
+LOG_WRITER.flush(60)
+print(dropped, file=sys.stderr)
+"""
+
+
+def test_the_log_comes_back_when_its_file_has_room_again(tmp_path: Path) -> None:
+    """A file that has no room (here a file-size limit: EFBIG, as ENOSPC on a full disk)
+    loses the lines that do not fit, counted; the line it cut short is ended, and once
+    there is room the log goes on with a ``log_lines_dropped`` line."""
+    log_file = tmp_path / "daemon.log"
+    with log_file.open("wb") as stdout:
+        child = subprocess.run(
+            [sys.executable, "-c", NO_ROOM], stdout=stdout, stderr=subprocess.PIPE, timeout=60
+        )
+    assert child.returncode == 0, child.stderr
+    dropped = int(child.stderr)
+    *whole, cut, after, gap = log_file.read_bytes().splitlines()
+    numbers = [json.loads(line)["n"] for line in whole]
+    # the line cut short is lost, so counted
+    assert numbers == list(range(len(numbers))) and len(numbers) + dropped == 200
+    assert cut.startswith(b'{"n": %d' % len(numbers)) and not cut.endswith(b"}")
+    assert json.loads(after)["event"] == "after"
+    assert json.loads(gap)["event"] == "log_lines_dropped"
+    assert json.loads(gap)["dropped"] == dropped
+
+
+def test_a_full_disk_drops_lines_without_stopping_the_process() -> None:
+    """``/dev/full`` fails every write with ENOSPC: the lines are counted, none is retried
+    forever, and the process exits cleanly."""
+    command = ODD_STDOUT + (
+        "from streamer.observability.log_writer import LOG_WRITER\n"
+        "LOG_WRITER.flush(60)\n"
+        "print(LOG_WRITER.dropped, file=__import__('sys').stderr)"
+    )
+    with open("/dev/full", "wb") as stdout:
+        child = subprocess.run(
+            [sys.executable, "-c", command], stdout=stdout, stderr=subprocess.PIPE, timeout=60
+        )
+    assert child.returncode == 0 and child.stderr == b"1\n", child.stderr
