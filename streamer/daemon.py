@@ -9,12 +9,15 @@ its outcome counts to tell progress from a stall
 (:class:`~streamer.observability.progress.ProgressMonitor`), does the pipeline's
 housekeeping, sends ``WATCHDOG=1`` when a ping is due and the pipeline is not stalled, and
 ``STATUS=`` every ``daemon.status_interval_s``. SIGHUP asks for a reload: the config file
-is read again and handed to :meth:`Pipeline.reload` (``RELOADING=1`` … ``READY=1``); a config
-that does not load is rejected and the running one kept. ``READY=1`` ends every reload,
-whatever its outcome: ``streamer_config_last_reload_successful`` in ``/metrics`` (1 at start
-and after a reload whose whole file is in force, else 0) and the log tell. SIGINT and
-SIGTERM end the loop: ``STOPPING=1``, ``/readyz`` fails, the pipeline drains for at most
-``daemon.drain_timeout_s`` and the last log line, ``stopped``, gives the counts.
+is read again (on a thread of its own, :class:`~streamer.config_read.ConfigRead`, so a read
+that blocks holds up neither the ticks nor a stop, and is given up after
+``daemon.reload_timeout_s``) and handed to :meth:`Pipeline.reload` (``RELOADING=1`` …
+``READY=1``); a config that does not load is rejected and the running one kept.
+``READY=1`` ends every reload, whatever its outcome: ``streamer_config_last_reload_successful``
+in ``/metrics`` (1 at start and after a reload whose whole file is in force, else 0) and the
+log tell. SIGINT and SIGTERM end the loop: ``STOPPING=1``, ``/readyz`` fails, the pipeline
+drains for at most ``daemon.drain_timeout_s`` and the last log line, ``stopped``, gives the
+counts.
 
 Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 1 when an unrecoverable error stopped the
 daemon (a backend failure, a thread that died, an address in use), 2 for a bad configuration
@@ -36,7 +39,8 @@ from typing import NoReturn
 
 import structlog
 
-from streamer.config import Config, DaemonConfig, load_config
+from streamer.config import Config, DaemonConfig
+from streamer.config_read import ConfigRead
 from streamer.errors import ConfigError, ModelError, StreamerError
 from streamer.lifecycle import Status
 from streamer.log_budget import LogBudget, take_unreported
@@ -218,6 +222,8 @@ class _Control:
         self._tick_s = min(_TICK_S, self._ping_s / 2) if self._ping_s else _TICK_S
         self._next_ping_s = 0.0
         self._next_status_s = time.monotonic() + daemon.status_interval_s
+        self._read: ConfigRead | None = None
+        self._blocked_read: ConfigRead | None = None  # a read given up on
 
     def serve(self) -> int:
         """Start the pipeline, run the control loop, drain; returns the exit code."""
@@ -235,7 +241,7 @@ class _Control:
         _log.info("ready", systemd=self._notifier.enabled, watchdog_interval_s=self._ping_s)
         failed = self._loop()
         self._requests.log_received()
-        if self._requests.reload.is_set():
+        if self._requests.reload.is_set() or self._read is not None:
             _log.warning("reload_skipped", reason="the daemon is stopping")
         return self._drain(failed)
 
@@ -252,9 +258,9 @@ class _Control:
                 _log.error("pipeline_failed", error=error)
                 self._health.set_failure(error)
                 return True
-            self._tick(time.monotonic())
-            if self._requests.reload.is_set():
-                self._reload()
+            now_s = time.monotonic()
+            self._tick(now_s)
+            self._reload_step(now_s)
         return False
 
     def _tick(self, now_s: float) -> None:
@@ -271,27 +277,42 @@ class _Control:
             self._notifier.status(status_line(self._progress.state(now_s), snapshot, rate))
             self._next_status_s = now_s + self._pipeline.config.daemon.status_interval_s
 
-    def _reload(self) -> None:
-        """Read the config file again and hand it to the pipeline (SIGHUP); its outcome goes
-        to the ``streamer_config_last_reload_*`` gauges."""
-        self._requests.reload.clear()
-        self._notifier.reloading()
-        with self._health.reloading():
-            in_force = self._reload_file()
+    def _reload_step(self, now_s: float) -> None:
+        """Begin the reload a SIGHUP asked for (``RELOADING=1``; the file is read on a
+        :class:`ConfigRead` thread), or go on with the one begun: once the read ends, hand the
+        config to the pipeline; after ``reload_timeout_s`` without an end, give the read up.
+        ``READY=1`` and the ``streamer_config_last_reload_*`` gauges end every reload."""
+        wait_s = 0.0
+        if self._read is None:
+            if not self._requests.reload.is_set():
+                return
+            self._requests.reload.clear()
+            self._notifier.reloading()
+            if self._blocked_read is not None and not self._blocked_read.wait(0):
+                self._reject(f"{self._config_path}: the last read of it has not ended yet")
+                return
+            self._blocked_read = None
+            self._read, wait_s = ConfigRead(self._config_path), self._tick_s
+        if self._read.wait(wait_s):
+            result, self._read = self._read.result(), None
+            if isinstance(result, str):
+                self._reject(result)
+                return
+            with self._health.reloading():
+                in_force = self._pipeline.reload(result, self._requests.stop)
+            self._end_reload(in_force)
+        elif now_s - self._read.started_s >= self._pipeline.config.daemon.reload_timeout_s:
+            timeout_s = self._pipeline.config.daemon.reload_timeout_s
+            self._blocked_read, self._read = self._read, None
+            self._reject(f"{self._config_path}: not read in {timeout_s:g} s (a hung mount?)")
+
+    def _reject(self, error: str) -> None:
+        _log.error("reload_rejected", error=error)
+        self._end_reload(in_force=False)
+
+    def _end_reload(self, in_force: bool) -> None:
         self._metrics.observe_config(in_force, time.time())
         self._notifier.ready()
-
-    def _reload_file(self) -> bool:
-        """True when the whole file is now in force (see :meth:`Pipeline.reload`)."""
-        try:
-            config = load_config(self._config_path)
-        except ConfigError as exc:
-            _log.error("reload_rejected", error=str(exc))
-        except Exception as exc:  # noqa: BLE001 - a bad file must not stop a serving daemon
-            _log.error("reload_rejected", error=f"{type(exc).__name__}: {exc}")
-        else:
-            return self._pipeline.reload(config, self._requests.stop)
-        return False
 
     def _drain(self, failed: bool) -> int:
         """STOPPING=1, drain, the final ``stopped`` line; returns the exit code."""

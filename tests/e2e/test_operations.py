@@ -328,6 +328,61 @@ def test_a_reload_cut_short_by_a_stop_is_logged(start_daemon: Any) -> None:
     assert ("reload_skipped" in events) != ("reload_unchanged" in events)
 
 
+def block_config_reads(daemon: Daemon) -> None:
+    """Replace the daemon's config file by a FIFO nobody writes: opening it blocks, as a read
+    on a hung network mount does."""
+    daemon.config_path.unlink()
+    os.mkfifo(daemon.config_path)
+
+
+def test_a_config_read_that_blocks_holds_up_neither_the_watchdog_nor_the_frames(
+    start_daemon: Any, connect: Any, notify: NotifySocket, astronaut: np.ndarray
+) -> None:
+    """The reload gives the read up after ``reload_timeout_s`` and keeps the running config;
+    meanwhile the watchdog is pinged and frames are served; a SIGHUP while that read is still
+    blocked is rejected at once."""
+    daemon: Daemon = start_daemon(
+        env=notify.env(watchdog_usec=2_000_000), daemon_extra="reload_timeout_s = 2.0"
+    )
+    notify.wait("READY=1")
+    block_config_reads(daemon)
+    daemon.process.send_signal(signal.SIGHUP)
+    notify.wait("RELOADING=1")
+    notify.wait("WATCHDOG=1")  # the control loop is not blocked in the read
+    client: Client = connect(daemon)
+    jpeg = cv2.imencode(".jpg", cv2.resize(astronaut, (256, 256)))[1].tobytes()
+    client.send_parts(encode_frame("cam", 0, jpeg, encoding="jpeg"))
+    assert client.collect(1)[0]["error"] is None
+    notify.wait("READY=1")
+    first = daemon.wait_event("reload_rejected", 30)
+    assert "not read in 2 s" in first["error"]
+    assert reload_gauges(daemon)[0] == 0
+
+    daemon.process.send_signal(signal.SIGHUP)
+    notify.wait("READY=1")
+    assert "has not ended yet" in daemon.wait_event("reload_rejected", 30)["error"]
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["published"] == final["received"] > 0
+
+
+def test_a_stop_during_a_blocked_config_read_is_a_normal_stop(
+    start_daemon: Any, notify: NotifySocket
+) -> None:
+    """SIGTERM while a reload waits for its read: the daemon drains and exits 0; the reload
+    is reported skipped."""
+    daemon: Daemon = start_daemon(env=notify.env(watchdog_usec=60_000_000))
+    notify.wait("READY=1")
+    block_config_reads(daemon)
+    daemon.process.send_signal(signal.SIGHUP)
+    notify.wait("RELOADING=1")
+    daemon.process.send_signal(signal.SIGTERM)
+    assert daemon.process.wait(30) == 0
+    daemon.close()
+    events = [e.get("event") for e in daemon.logs]
+    assert "reload_skipped" in events and events[-1] == "stopped"
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_while_the_daemon_starts_is_a_normal_stop(
     start_daemon: Any, signum: int
