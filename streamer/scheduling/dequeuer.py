@@ -18,6 +18,7 @@ import structlog
 from streamer.errors import BackendError, FrameError, Reason
 from streamer.frames import STOP, Batch, Frame
 from streamer.lifecycle import Worker
+from streamer.log_budget import LogBudget
 from streamer.runtime.base import InferenceOutputs, Tensor
 from streamer.scheduling.replica import Replica
 
@@ -31,6 +32,8 @@ them)."""
 _POLL_MS = 100
 WARNING_INTERVAL_S = 10.0
 """Least time between two ``execution_failed`` warnings of one replica."""
+_POSTPROCESS_LINES = LogBudget("postprocess_failed")
+"""Every replica's ``postprocess_failed`` warnings, together."""
 _log = structlog.get_logger(__name__)
 
 
@@ -116,8 +119,28 @@ class Dequeuer(Worker):
         self._replica.executed += 1
         try:
             self._postprocess(done.outputs, batch.good)
+        except FrameError as error:  # an operator the postprocessor runs failed
+            self._failed_postprocess(batch, error)
         except Exception as exc:  # a postprocessor bug fails this batch, not the daemon
-            self._fail(batch, FrameError(Reason.POSTPROCESS_FAILED, f"{type(exc).__name__}: {exc}"))
+            detail = f"{type(exc).__name__}: {exc}"
+            self._failed_postprocess(batch, FrameError(Reason.POSTPROCESS_FAILED, detail))
+
+    def _failed_postprocess(self, batch: Batch, error: FrameError) -> None:
+        """Fail the batch, with a ``postprocess_failed`` warning (budgeted: a postprocess that
+        fails every batch, such as an operator the device cannot run, logs 10 lines per 10 s
+        over all replicas and counts the rest)."""
+        if (suppressed := _POSTPROCESS_LINES.take()) is not None:
+            _log.warning(
+                "postprocess_failed",
+                model=self._model.info.name,
+                replica=self._replica.name,
+                device=self._replica.device,
+                frames=len(batch.good),
+                reason=error.reason,
+                detail=error.detail,
+                suppressed=suppressed,
+            )
+        self._fail(batch, error)
 
     def _failed_execution(self, batch: Batch, error: FrameError) -> None:
         """Fail the batch; a warning at the first failure of a streak, at most one per

@@ -14,12 +14,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from structlog.testing import capture_logs
 
 from streamer.config import BatchConfig, RuntimeConfig
+from streamer.errors import FrameError, Reason
 from streamer.frames import STOP, Batch, Frame
+from streamer.log_budget import LogBudget
 from streamer.runtime import ModelSpec, QueueModel, open_backend
+from streamer.scheduling import dequeuer
 from streamer.scheduling.batcher import Batcher
-from streamer.scheduling.dequeuer import Dequeuer
+from streamer.scheduling.dequeuer import Dequeuer, Postprocess
 from streamer.scheduling.enqueuer import Enqueuer
 from streamer.scheduling.mailbox import Mailbox
 from streamer.scheduling.policy import BatchPolicy
@@ -66,7 +70,17 @@ def frames(count: int) -> list[Frame]:
     return out
 
 
-def run_queued(model: QueueModel, policy: BatchPolicy, items: list[Frame]) -> list[Frame]:
+def keep_outputs(outputs: Sequence[np.ndarray], batch: list[Frame]) -> None:
+    for row, frame in enumerate(batch):
+        frame.results = {"regressors": outputs[0][row].copy()}
+
+
+def run_queued(
+    model: QueueModel,
+    policy: BatchPolicy,
+    items: list[Frame],
+    postprocess: Postprocess = keep_outputs,
+) -> list[Frame]:
     """Queue every frame first, then run the stage's threads until STOP."""
     inbox = Mailbox()
     for item in items:
@@ -74,14 +88,9 @@ def run_queued(model: QueueModel, policy: BatchPolicy, items: list[Frame]) -> li
     inbox.put(STOP)
     out: queue.SimpleQueue[object] = queue.SimpleQueue()
     abort = threading.Event()
-
-    def keep_outputs(outputs: Sequence[np.ndarray], batch: list[Frame]) -> None:
-        for row, frame in enumerate(batch):
-            frame.results = {"regressors": outputs[0][row].copy()}
-
     replica = Replica(0, 0, model)
     workers = [
-        Dequeuer(replica, out, keep_outputs, abort),
+        Dequeuer(replica, out, postprocess, abort),
         Enqueuer(replica, abort),
         Batcher("face", Dispatcher([replica], abort), policy, inbox, out, abort),
     ]
@@ -134,6 +143,38 @@ def static_batch(model_file: Path, batch: int, out: Path) -> Path:
         value.type.tensor_type.shape.dim[0].dim_value = batch
     onnx.save(graph, str(out))
     return out
+
+
+@pytest.mark.parametrize(
+    ("raised", "detail"),
+    [
+        (
+            FrameError(Reason.POSTPROCESS_FAILED, "operator NMS: no kernel"),
+            "operator NMS: no kernel",
+        ),
+        (ZeroDivisionError("division by zero"), "ZeroDivisionError: division by zero"),
+    ],
+)
+def test_a_failing_postprocess_fails_its_frames_with_a_warning(
+    model: Recording, raised: Exception, detail: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every frame of the batch fails with ``postprocess_failed``, and the log says so (a
+    postprocess that fails every batch must not fail frames silently)."""
+    monkeypatch.setattr(dequeuer, "_POSTPROCESS_LINES", LogBudget("postprocess_failed"))
+
+    def failing(outputs: Sequence[np.ndarray], batch: list[Frame]) -> None:
+        raise raised
+
+    policy = BatchPolicy.for_model(BatchConfig(max_size=8), model.info)
+    with capture_logs() as logs:
+        done = run_queued(model, policy, frames(5), failing)
+    assert {(f.error.reason, f.error.detail) for f in done if f.error} == {
+        ("postprocess_failed", detail)
+    }
+    assert len(done) == 5
+    (warning,) = [e for e in logs if e["event"] == "postprocess_failed"]
+    assert warning["log_level"] == "warning" and warning["detail"] == detail
+    assert warning["model"] == "face" and warning["frames"] == 5
 
 
 def test_static_batch_8_flushes_five_frames_on_the_deadline(
