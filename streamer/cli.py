@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 import structlog
@@ -18,6 +18,9 @@ from streamer.observability.logging import LogFormat, configure_logging, renders
 from streamer.observability.native_output import native_output_logged
 
 __all__ = ["main"]
+
+if TYPE_CHECKING:
+    from streamer.pipeline import Pipeline
 
 _config_option = click.option(
     "--config",
@@ -96,8 +99,21 @@ def check(config_path: Path) -> None:
         for model in pipeline.models:
             click.echo("\n".join(model.info.describe()))
     finally:
-        pipeline.close()
+        released = _released(pipeline)
+    if not released:
+        sys.exit(EXIT_FATAL)
     click.echo(f"{config_path}: ok")
+
+
+def _released(pipeline: Pipeline) -> bool:
+    """Close ``pipeline``; False, with an error line, when a release failed (every release is
+    still attempted: a device that fails them is not fit to serve)."""
+    try:
+        pipeline.close()
+    except StreamerError as exc:
+        click.echo(f"error: the models loaded but releasing them failed: {exc}", err=True)
+        return False
+    return True
 
 
 @main.command()

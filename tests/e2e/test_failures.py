@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.clients.producer import produce
 
-from .conftest import Client, Daemon, backend_settings
+from .conftest import Client, Daemon, backend_settings, shipped_config
 
 
 def peak_rss_mb(daemon: Daemon) -> float:
@@ -182,6 +184,32 @@ def test_a_model_that_fails_to_release_is_logged_and_everything_else_is_released
     final = daemon.final_counts()
     assert final["published"] == final["received"]
     assert not [e for e in daemon.logs if e.get("event") == "raw" and "Traceback" in e["line"]]
+
+
+def test_check_reports_a_failed_release_in_one_line(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """``streamer check`` on a device whose ``acl.mdl.unload`` fails: exit 1 with one
+    ``error:`` line instead of a traceback, and no ``ok``."""
+    settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
+
+    def on_sim(text: str) -> str:
+        text = text.replace('backend = "onnxruntime"', 'backend = "acl-sim"')
+        text = text.replace('asset = "blazeface_short_range"', f'path = "{settings["model_path"]}"')
+        text = text.replace("intra_op_threads = 1", "")
+        return text + '\n[runtime.options.sim]\nfail_calls = {"acl.mdl.unload" = 107000}\n'
+
+    config = shipped_config("default.toml", tmp_path / "check", on_sim)[0]
+    result = subprocess.run(
+        [sys.executable, "-m", "streamer", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: the models loaded but releasing them failed")
+    assert "acl.mdl.unload failed" in line and ": ok" not in result.stdout
 
 
 @pytest.mark.parametrize("mode", ["queue", "async"])
