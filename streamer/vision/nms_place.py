@@ -16,11 +16,13 @@ NmsPlace = Literal["host", "operator"]
 
 
 def operators_for(place: NmsPlace, operators: Operators | None) -> Operators | None:
-    """The operators to run NMS with: None for ``host``, the backend's for ``operator``.
+    """The operators to run NMS with: None for ``host``, the backend's for ``operator``,
+    checked to run there (:meth:`Operators.verify`).
 
     Raises:
         ConfigError: ``operator`` where no backend gives operators (a plug-in built outside a
             pipeline, e.g. by ``streamer bench``'s in-process components).
+        BackendError: the backend cannot run the operators.
     """
     if place == "host":
         return None
@@ -29,4 +31,5 @@ def operators_for(place: NmsPlace, operators: Operators | None) -> Operators | N
             'nms: "operator" runs NMS on the pipeline\'s backend, and there is none here; '
             'use nms = "host"'
         )
+    operators.verify()
     return operators

@@ -190,8 +190,10 @@ class AclBackend(Backend):
         created on the first call; every thread that calls them needs a device's context."""
         with self._lock:
             if self._operators is None:
-                run_mode = next(iter(self._runtime.devices.values())).run_mode
-                self._operators = AclOperators(self._acl, run_mode, self.options.op_max_shapes)
+                devices = list(self._runtime.devices.values())
+                self._operators = AclOperators(
+                    self._acl, devices[0].run_mode, self.options.op_max_shapes, devices
+                )
             return self._operators
 
     def close(self) -> None:

@@ -45,8 +45,9 @@ from typing import Any
 import numpy as np
 import structlog
 
-from streamer.errors import FrameError, Reason
+from streamer.errors import BackendError, FrameError, Reason
 from streamer.runtime.acl.constants import RunMode
+from streamer.runtime.acl.device import DeviceContext
 from streamer.runtime.acl.device_tensor import AclDeviceTensor
 from streamer.runtime.acl.errors import AclError, check_ret
 from streamer.runtime.acl.op_shapes import MaxShapeMissing
@@ -60,6 +61,7 @@ from streamer.runtime.ops.base import (
     check_nms_inputs,
     check_top_k_inputs,
 )
+from streamer.runtime.ops.self_test import check_operators
 from streamer.runtime.ops.views import host_view, view_shape
 
 __all__ = ["GATHER_OP", "NMS_OP", "TOP_K_OP", "AclOperators"]
@@ -79,14 +81,20 @@ class AclOperators(Operators):
         run_mode: ``ACL_HOST`` or ``ACL_DEVICE``.
         max_shapes: op type → per output the maximum shape to allocate where shape
             inference gives no bound (``[runtime.options] op_max_shapes``).
+        devices: the opened devices, where :meth:`verify` runs the operators.
     """
 
     name = "acl"
 
     def __init__(
-        self, acl: Any, run_mode: RunMode, max_shapes: Mapping[str, Sequence[Sequence[int]]]
+        self,
+        acl: Any,
+        run_mode: RunMode,
+        max_shapes: Mapping[str, Sequence[Sequence[int]]],
+        devices: Sequence[DeviceContext] = (),
     ) -> None:
         self._acl = acl
+        self._devices = tuple(devices)
         self._runner = SingleOpRunner(acl, run_mode)
         self._max_shapes = {
             op: tuple(tuple(s) for s in shapes) for op, shapes in max_shapes.items()
@@ -135,6 +143,27 @@ class AclOperators(Operators):
         inputs = (_operand(x, dims), rows.astype(np.int32), np.array(0, np.int32))
         (gathered,) = self._execute(GATHER_OP, inputs, (np.dtype(np.float32),), {})
         return gathered
+
+    def _check_each_place(self) -> None:
+        """Run the check on every device, in its context (the operators run in the dequeue
+        threads of models on all of them); the calling thread's context is current again
+        afterwards.
+
+        Raises:
+            BackendError: an operator cannot run on a device (the message names it).
+            AclError: a context could not be made current.
+        """
+        previous, ret = self._acl.rt.get_context()
+        try:
+            for device in self._devices:
+                device.activate()
+                try:
+                    check_operators(self)
+                except BackendError as exc:
+                    raise BackendError(f"device {device.device_id}: {exc}") from exc
+        finally:
+            if ret == 0:
+                check_ret(self._acl.rt.set_context(previous), "acl.rt.set_context")
 
     def close(self) -> None:
         """Destroy every stream made for a thread, each in its own context. Idempotent.

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from streamer.lifecycle import Closing
+from streamer.runtime.ops.self_test import check_operators
 
 if TYPE_CHECKING:
     from streamer.runtime.base import Tensor
@@ -61,6 +62,23 @@ class Operators(Closing, abc.ABC):
 
     name: str
     """The backend that runs them: ``onnxruntime`` or ``acl``."""
+    _verified = False
+
+    def verify(self) -> None:
+        """Check, once, that the operators run and give right answers where the pipeline
+        runs them (:func:`~streamer.runtime.ops.self_test.check_operators`); a postprocessor
+        that uses them calls this when it is built, at load.
+
+        Raises:
+            BackendError: an operator cannot run there, or gives a wrong answer.
+        """
+        if not self._verified:
+            self._check_each_place()
+            self._verified = True
+
+    def _check_each_place(self) -> None:
+        """Run the check wherever the operators will run: on the host, the calling thread."""
+        check_operators(self)
 
     @abc.abstractmethod
     def nms(

@@ -16,7 +16,7 @@ import pytest
 from acl_testing import GEARS, MakeBackend, MakeModel, Reference, calls, rules
 
 from streamer.config import Config, PluginConfig
-from streamer.errors import FrameError
+from streamer.errors import BackendError, FrameError
 from streamer.frames import Frame
 from streamer.model_stages import load_chain
 from streamer.runtime.acl.constants import MemcpyKind
@@ -174,8 +174,7 @@ def test_the_stage_releases_the_outputs_after_its_postprocessor(
     """A stage whose BlazeFace runs ``nms = "operator"`` is loaded with device outputs; its
     postprocess releases each batch's outputs (datasets destroyed, memory back in the pool)
     once, whether the operators worked or failed the batch."""
-    fail = {"acl.op.execute_v2": 500002} if fault else {}
-    backend = make_backend(sim={"fail_calls": fail})
+    backend = make_backend()
     sim = backend.simulator
     config = Config.model_validate(
         {
@@ -196,6 +195,8 @@ def test_the_stage_releases_the_outputs_after_its_postprocessor(
         }
     )
     (stage,) = load_chain(backend, config)
+    if fault:  # from now on: the load's operator check would refuse a device that fails them
+        sim.options.fail_calls["acl.op.execute_v2"] = 500002
     try:
         stage.model.attach_thread()
         assert stage.postprocess is not None
@@ -212,6 +213,68 @@ def test_the_stage_releases_the_outputs_after_its_postprocessor(
                 stage.postprocess_batch(outputs, batch_frames)
                 assert sum(len(f.results["detections"]) for f in batch_frames) >= 2
             assert "datasets" not in sim.live_resources()
+    finally:
+        stage.close()
+    assert rules(sim) == []
+
+
+def operator_nms_config(model: Path) -> Config:
+    """BlazeFace on ``acl-sim`` with ``nms = "operator"``, on devices 0 and 1."""
+    return Config.model_validate(
+        {
+            "ingress": [{"uri": "pull+bind:tcp://127.0.0.1:5555"}],
+            "egress": [{"uri": "pub+bind:tcp://127.0.0.1:5556"}],
+            "runtime": {"backend": "acl-sim", "devices": [0, 1]},
+            "models": [
+                {
+                    "name": "face",
+                    "path": str(model),
+                    "mode": "async",
+                    "batch": {"max_size": BATCH},
+                    "preprocess": {"kind": "letterbox"},
+                    "postprocess": {"kind": "blazeface", "nms": "operator"},
+                }
+            ],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("sim", "message"),
+    [
+        (  # shape inference gives the NMS output no bound, and the config gives none either
+            {"unknown_rank_ops": ["NonMaxSuppressionV6"]},
+            "device 0: operators on acl: operator NonMaxSuppressionV6: the output rank is "
+            "unknown; set runtime.options.op_max_shapes.NonMaxSuppressionV6",
+        ),
+        (  # the device cannot run the operator (not built for it)
+            {"fail_calls": {"acl.op.execute_v2": 500002}},
+            "device 0: operators on acl: operator NonMaxSuppressionV6: acl.op.execute_v2 failed",
+        ),
+    ],
+)
+def test_operators_that_cannot_run_refuse_the_load(
+    make_backend: MakeBackend, make_model: MakeModel, sim: dict[str, Any], message: str
+) -> None:
+    """A postprocessor with ``nms = "operator"`` checks the operators on every device at
+    load: a config whose every frame would fail ``postprocess_failed`` does not load (so
+    ``streamer check``, the start and a reload refuse it); nothing is left allocated."""
+    backend = make_backend(devices=(0, 1), sim=sim)
+    with pytest.raises(BackendError) as refused:
+        load_chain(backend, operator_nms_config(face_model(make_model, "async")))
+    assert str(refused.value).startswith(message)
+
+
+def test_operators_are_checked_on_every_device(
+    make_backend: MakeBackend, make_model: MakeModel
+) -> None:
+    """The check runs each operator once per device (the fixture then checks that the
+    streams it made there are released with the operators)."""
+    backend = make_backend(devices=(0, 1))
+    sim = backend.simulator
+    (stage,) = load_chain(backend, operator_nms_config(face_model(make_model, "async")))
+    try:
+        assert len(calls(sim, "acl.op.execute_v2")) == 2 * 3  # nms, top_k, gather_rows
     finally:
         stage.close()
     assert rules(sim) == []
