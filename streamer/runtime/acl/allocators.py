@@ -34,7 +34,7 @@ class DeviceAllocator:
             AclError: ``acl.rt.malloc`` failed.
         """
         ptr, ret = self._acl.rt.malloc(nbytes, MallocPolicy.NORMAL_ONLY)
-        check_ret(ret, "acl.rt.malloc")
+        check_ret(ret, f"acl.rt.malloc of {nbytes} bytes")
         return int(ptr)
 
     def free(self, ptr: int) -> None:

@@ -164,11 +164,18 @@ class AclBackend(Backend):
                 :func:`_refuse_in_graph`).
             ModelError: unknown device, unloadable file, gears that do not fit, or a mode
                 the model cannot run in (the message says why).
-            AclError: the runtime failed; everything acquired is released first.
+            AclError: the runtime failed (the message names the model and the device);
+                everything acquired is released first.
         """
         _refuse_in_graph(spec)
         options = parse_model_options(self.options, spec.options, spec.name)
         device = self._device(spec)
+        try:
+            return self._load_on(spec, device, options)
+        except AclError as exc:  # e.g. no device memory left: say for which model, where
+            raise exc.where(f"model {spec.name!r} on device {spec.device}") from exc
+
+    def _load_on(self, spec: ModelSpec, device: DeviceContext, options: ModelOptions) -> AclModel:
         device.activate()
         probe = Teardown()
         with probe.on_error():

@@ -59,6 +59,12 @@ class AclError(BackendError):
         self.name = name
         self.api = api
 
+    def where(self, place: str) -> AclError:
+        """This error with ``place`` (e.g. ``model 'face' on device 0``) before its message."""
+        error = AclError(self.code, self.name, self.api)
+        error.args = (f"{place}: {self}",)
+        return error
+
 
 def check_ret(ret: int, api: str) -> None:
     """Raise :class:`AclError` unless ``ret`` is ``ACL_SUCCESS`` (0).

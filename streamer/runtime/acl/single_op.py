@@ -192,7 +192,7 @@ class SingleOpRunner:
         """A data buffer over ``nbytes`` (at least 1) of fresh device memory."""
         size = max(nbytes, 1)
         ptr, ret = self._acl.rt.malloc(size, MallocPolicy.NORMAL_ONLY)
-        check_ret(ret, "acl.rt.malloc")
+        check_ret(ret, f"acl.rt.malloc of {size} bytes")
         teardown.push("acl.rt.free", self._acl.rt.free, ptr)
         return self._data_buffer(ptr, size, teardown), ptr
 

@@ -3,6 +3,7 @@ are backpressure, a broken device side stops the model with BackendError, never 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from acl_testing import MakeBackend, Reference, assert_close, blazeface_input
 
 from streamer.errors import BackendError
 from streamer.runtime.acl.constants import AclCode
+from streamer.runtime.acl.errors import AclError
 from streamer.runtime.base import ModelSpec, QueueModel
 
 pytestmark = pytest.mark.timeout(60)
@@ -277,3 +279,20 @@ def test_older_releases_callback_timeout_code_is_no_report_yet(
     assert (done := model.dequeue(5000)) is not None and done.error is None
     assert_close(done.outputs, reference(batch))
     model.close()
+
+
+def test_a_device_out_of_memory_names_the_model_the_device_and_the_bytes(
+    make_backend: MakeBackend, dynamic_model: Path
+) -> None:
+    """A load that runs out of device memory says which model, where, and how much it asked
+    for (the bare ``acl.rt.malloc failed`` gave a user nothing to act on); nothing leaks."""
+    backend = make_backend(devices=(0, 1), sim={"device_memory_mb": 1})
+    spec = ModelSpec("face", dynamic_model, mode="async", max_in_flight=64, device=1)
+    with pytest.raises(AclError) as refused:
+        backend.load(spec)
+    assert refused.value.code == AclCode.ERROR_BAD_ALLOC
+    assert re.fullmatch(
+        r"model 'face' on device 1: acl\.rt\.malloc of \d+ bytes failed: "
+        r"ACL_ERROR_BAD_ALLOC \(200000\)",
+        str(refused.value),
+    )
