@@ -333,7 +333,8 @@ class AclBackend(Backend):
         with self._lock:
             self._models.add(model)
             report_threads = sum(isinstance(m, AsyncModel) for m in self._models)
-        if isinstance(model, AsyncModel) and report_threads > REPORT_THREADS_RECOMMENDED:
+        # Once, as the count crosses the recommendation (20 replicas on 2 devices logged 48).
+        if isinstance(model, AsyncModel) and report_threads == REPORT_THREADS_RECOMMENDED + 1:
             _log.warning(
                 "acl_report_threads_over_recommended",
                 model=model.info.name,
