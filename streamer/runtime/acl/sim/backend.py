@@ -3,9 +3,16 @@
 The simulator is built from ``[runtime.options.sim]`` and injected where ``import acl`` and
 the ctypes libraries would be. With ``device_count`` unset it simulates enough devices for
 ``runtime.devices``.
+
+At close it logs what a run on a real device would have got wrong and no exit code shows: every
+rule of the ACL docs a call broke (``acl_sim_rules_broken``, error) and every resource left
+unreleased (``acl_sim_resources_left``, warning; none is expected unless a hung model was
+abandoned, which leaves its memory to the process exit on purpose).
 """
 
 from __future__ import annotations
+
+import structlog
 
 from streamer.config import RuntimeConfig
 from streamer.errors import ConfigError
@@ -14,6 +21,10 @@ from streamer.runtime.acl.options import SIM_MAX_DEVICES, parse_options
 from streamer.runtime.acl.sim.simulator import Simulator
 
 __all__ = ["AclSimBackend"]
+
+RULES_LOGGED_MAX = 20
+"""Broken rules listed in ``acl_sim_rules_broken`` at most (all are counted)."""
+_log = structlog.get_logger(__name__)
 
 
 class AclSimBackend(AclBackend):
@@ -61,3 +72,33 @@ class AclSimBackend(AclBackend):
             tdt_library=self.simulator.tdt_library,
             acl_library=self.simulator.acl_library,
         )
+
+    def close(self) -> None:
+        """Close as :meth:`AclBackend.close` does, then log the broken rules and the resources
+        left (module docstring).
+
+        Raises:
+            AclError: a release failed (every release is still attempted).
+            BackendError: a model was abandoned (its work did not finish).
+        """
+        try:
+            super().close()
+        finally:
+            self._log_findings()
+
+    def _log_findings(self) -> None:
+        violations = self.simulator.violations
+        if violations:
+            _log.error(
+                "acl_sim_rules_broken",
+                count=len(violations),
+                violations=[
+                    {"rule": v.rule, "api": v.api, "code": int(v.code), "message": v.message}
+                    for v in violations[:RULES_LOGGED_MAX]
+                ],
+            )
+        left = self.simulator.live_resources()
+        if left and not self.abandoned_devices:
+            _log.warning(
+                "acl_sim_resources_left", resources={kind: len(v) for kind, v in left.items()}
+            )
