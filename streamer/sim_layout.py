@@ -87,7 +87,8 @@ def sim_layout(
             (:func:`~streamer.model_stages.check_plug_in_params`), a model file is missing,
             an input has a free dim other than the batch
             (and P-Net's height and width), or a queue-mode stage would need gears (P-Net,
-            several ``batch_sizes``, or a ``:tensor`` stage after a stage with gears).
+            several ``batch_sizes``, or a ``:tensor`` stage after a stage with gears) or
+            dynamic AIPP.
     """
     folder.mkdir(parents=True, exist_ok=True)
     folder = folder.resolve()
@@ -125,7 +126,7 @@ def _batch(
     """The batch sizes ``stage``'s model runs, ascending: one = a static batch.
 
     Raises:
-        ConfigError: ``queue`` mode with more than one size, or on P-Net.
+        ConfigError: ``queue`` mode with more than one size, on P-Net, or with dynamic AIPP.
     """
     where = f"models {stage.name!r}: mode 'queue' loads static shapes only"
     if _is_pnet(stage):
@@ -145,7 +146,19 @@ def _batch(
         sizes = stage.batch.gears or default_gears(stage.batch.max_size)
     if mode == "queue" and len(sizes) > 1:
         raise ConfigError(f"{where}, and it would run batch gears {list(sizes)}")
+    if mode == "queue" and _dynamic_aipp(stage):
+        raise ConfigError(
+            f"models {stage.name!r}: mode 'queue' cannot run a model with dynamic AIPP (its "
+            "parameters are set on every execution): use async"
+        )
     return sizes
+
+
+def _dynamic_aipp(stage: ModelConfig) -> bool:
+    """Whether the stage normalises with dynamic AIPP (``normalize = "device"``, ``aipp =
+    "dynamic"`` on its letterbox)."""
+    letterbox = letterbox_keys(stage.preprocess)
+    return letterbox is not None and letterbox.normalize == "device" and letterbox.aipp == "dynamic"
 
 
 def _batch_config(stage: ModelConfig, sizes: tuple[int, ...]) -> BatchConfig:

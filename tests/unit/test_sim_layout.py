@@ -199,6 +199,9 @@ def test_what_cannot_be_laid_out_is_a_config_error(tmp_path: Path, assets: dict[
     wide = shipped("default.toml", tmp_path, {**dynamic, "std = [0.5, 0.5, 0.5]": "std = 1000"})
     with pytest.raises(ConfigError, match="where its float16 var_reci_chn loses precision"):
         sim_layout(wide, tmp_path / "wide")  # it said "run it", and check then refused it
+    aipp = shipped("default.toml", tmp_path, dynamic)
+    with pytest.raises(ConfigError, match="mode 'queue' cannot run a model with dynamic AIPP"):
+        sim_layout(aipp, tmp_path / "aipp", mode="queue")  # it laid out what check refused
     pyramid = shipped("mtcnn.toml", tmp_path, {"min_face_px = 20.0": 'min_face_px = "20"'})
     with pytest.raises(
         ConfigError, match=re.escape("models[0].postprocess.min_face_px: Input should be")
