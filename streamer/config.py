@@ -170,7 +170,9 @@ class DaemonConfig(_Strict):
     )
     max_consecutive_failures: PositiveCInt = Field(
         10,
-        description="failed executions in a row that stop the daemon (exit 1)",
+        description="failed executions in a row that take a model replica out of rotation "
+        "(probes included: README 'Chains of models and several devices'); the daemon stops "
+        "(exit 1) only when every replica of a stage is out",
     )
     http_address: str = Field(
         "127.0.0.1:9555",

@@ -194,6 +194,7 @@ class Pipeline:
         # Counts of the chains retired and gone, so that /metrics counters never go back.
         self._carried_flushes: Counter[str] = Counter()
         self._carried_batches: Counter[tuple[str, int, int]] = Counter()
+        self._carried_retried: Counter[str] = Counter()
 
     @classmethod
     def load(cls, config: Config, metrics: PipelineMetrics | None = None) -> Pipeline:
@@ -377,6 +378,7 @@ class Pipeline:
             flushes, batches = _batch_counts(old)
             self._carried_flushes += flushes
             self._carried_batches += batches
+            self._carried_retried += _retried_counts(old)
         elif dropped := self._inbox.discard_through(STOP):
             _log.warning("reload_dropped_frames", frames=dropped, reason="old chain given up")
         try:
@@ -410,17 +412,19 @@ class Pipeline:
             "egress": self._results.qsize(),
         }
         flushes, batches = Counter(self._carried_flushes), Counter(self._carried_batches)
+        retried = Counter(self._carried_retried)
         for chain in [self._chain, *self._retired]:
             chain_flushes, chain_batches = _batch_counts(chain)
             flushes.update(chain_flushes)  # not +=, which drops the reasons still at 0
             batches.update(chain_batches)
+            retried.update(_retried_counts(chain))  # every model, 0 included
         replicas = [
             (r.model.info.name, r.device, r.index, batches[_replica_key(r)], r.failed is None)
             for rs in self._chain.replicas
             for r in rs
         ]
         return PipelineSample(
-            self.counts.snapshot(), depths, self.stream_stats(), flushes, replicas
+            self.counts.snapshot(), depths, self.stream_stats(), flushes, replicas, retried
         )
 
     def failure(self) -> BaseException | None:
@@ -520,6 +524,15 @@ def _batch_counts(chain: ChainRun) -> tuple[Counter[str], Counter[tuple[str, int
         flushes.update(batcher.flushes)
     batches = Counter({_replica_key(r): r.executed for rs in chain.replicas for r in rs})
     return flushes, batches
+
+
+def _retried_counts(chain: ChainRun) -> Counter[str]:
+    """A chain's batches retried on another replica, by model (each of its models, 0
+    included)."""
+    retried: Counter[str] = Counter()
+    for replica in (r for rs in chain.replicas for r in rs):
+        retried[replica.model.info.name] += replica.retried
+    return retried
 
 
 def _replica_key(replica: Replica) -> tuple[str, int, int]:

@@ -25,6 +25,9 @@ each result leaves. The split follows Triton's queue / compute / request duratio
     streamer_batch_flushes_total{reason}               counter   batches flushed by the batcher
     streamer_replica_batches_total{model,device,replica} counter batches a replica executed
     streamer_replica_up{model,device,replica}          gauge     1 in rotation, 0 once failed
+    streamer_batches_retried_total{model}              counter   failed batches run again on
+                                                                 another replica (every model
+                                                                 from 0)
     streamer_batch_size{model}                         histogram frames per executed batch
     streamer_batch_rows_total{model}                   counter   rows executed, padding included
     streamer_batch_padding_rows_total{model}           counter   padding rows executed
@@ -105,6 +108,8 @@ class PipelineSample:
         flushes: batches the batcher flushed, by reason (``full``, ``deadline``, ``marker``).
         replicas: per model replica ``(model, device, index, batches executed, in
             rotation)``, the index being its place among its stage's replicas.
+        retried: batches that failed on one replica and were queued on another, by model
+            (every model of the chain, 0 included).
     """
 
     outcomes: OutcomeSnapshot
@@ -112,6 +117,7 @@ class PipelineSample:
     streams: Mapping[str, int]
     flushes: Mapping[str, int] = field(default_factory=dict)
     replicas: Sequence[tuple[str, int, int, int, bool]] = ()
+    retried: Mapping[str, int] = field(default_factory=dict)
 
 
 class _PipelineCollector(Collector):
@@ -140,6 +146,14 @@ class _PipelineCollector(Collector):
             flushes.add_metric([reason], count)
         yield flushes
         yield from _replica_families(sample.replicas)
+        retried = CounterMetricFamily(
+            "streamer_batches_retried",
+            "Batches that failed on one replica and were queued on another.",
+            labels=["model"],
+        )
+        for model, count in sorted(sample.retried.items()):
+            retried.add_metric([model], count)
+        yield retried
         yield CounterMetricFamily(
             "streamer_log_lines_dropped",
             "Log lines dropped: standard output not read (10000 waiting) or its file full.",

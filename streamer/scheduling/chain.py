@@ -7,7 +7,8 @@ on error, else into the next stage. A *single* stage runs the frame itself (its 
 crops of the upstream detections), made here and batched across frames; when the last item
 of a frame is back the stage's ``finish`` folds them into the frame's results. A frame with
 no items for a stage (no upstream detection) skips it, and is still published once. An item
-that fails fails its frame with that stage named in the detail. A *tensor* stage
+that fails fails its frame; every failure in a stage names it once, its detail starting
+``stage <name>: `` (:func:`stage_error`). A *tensor* stage
 (:mod:`streamer.scheduling.tensor_link`) takes each finished batch of the stage before it
 whole, its frames' ``handover`` holding the inputs; the batch's failed frames go to egress.
 
@@ -26,7 +27,23 @@ from streamer.errors import FrameError, Reason
 from streamer.frames import Batch, Frame
 from streamer.vision.stages import ItemStage
 
-__all__ = ["ChainRouter", "ChainStage", "StageExit", "make_items", "store_outputs"]
+__all__ = [
+    "ChainRouter",
+    "ChainStage",
+    "StageExit",
+    "make_items",
+    "stage_error",
+    "store_outputs",
+]
+
+
+def stage_error(stage: str, error: FrameError) -> FrameError:
+    """``error`` as a frame's error in ``stage``: its detail starts ``stage <stage>: ``
+    exactly once (an error from one of the stage's replicas already does)."""
+    prefix = f"stage {stage}: "
+    if error.detail.startswith(prefix):
+        return error
+    return FrameError(error.reason, prefix + error.detail)
 
 
 @dataclass
@@ -151,17 +168,17 @@ class ChainRouter:
             frame.infer_end_ns = max(i.infer_end_ns for i in items)
         frame.model = stage.name
         if failed is not None:
-            frame.fail(FrameError(failed.reason, f"stage {stage.name}: {failed.detail}"))
+            frame.fail(stage_error(stage.name, failed))
             return
         assert stage.items is not None
         outputs = [i.results["outputs"] for i in items]
         try:
             frame.results = stage.items.finish(outputs, [i.transform for i in items], frame.results)
         except FrameError as error:
-            frame.fail(FrameError(error.reason, f"stage {stage.name}: {error.detail}"))
+            frame.fail(stage_error(stage.name, error))
         except Exception as exc:  # a postprocessing bug fails this frame, not the daemon
-            detail = f"stage {stage.name}: {type(exc).__name__}: {exc}"
-            frame.fail(FrameError(Reason.POSTPROCESS_FAILED, detail))
+            detail = f"{type(exc).__name__}: {exc}"
+            frame.fail(stage_error(stage.name, FrameError(Reason.POSTPROCESS_FAILED, detail)))
 
     def _release_images(self, frames: Sequence[Frame]) -> None:
         if self._keep_images:

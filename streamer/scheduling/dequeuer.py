@@ -2,7 +2,11 @@
 
 It reads the ledger its replica's enqueue thread writes, takes the outputs of each enqueued
 batch from the model in the same FIFO order, runs the postprocessor over them and hands the
-finished batch on towards egress (which restores each source's order).
+finished batch on towards egress (which restores each source's order). A batch whose
+execution failed, or that its replica, out of rotation, can no longer run, is retried on
+another replica of the stage when the dispatcher finds one
+(:meth:`~streamer.scheduling.replica.Dispatcher.retry`); that replica's threads then finish
+it. Every error a frame gets here names the stage (``stage <name>: …``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from streamer.frames import STOP, Batch, Frame
 from streamer.lifecycle import Worker
 from streamer.log_budget import LogBudget
 from streamer.runtime.base import InferenceOutputs, Tensor
-from streamer.scheduling.replica import Replica
+from streamer.scheduling.chain import stage_error
+from streamer.scheduling.replica import Dispatched, Replica
 
 __all__ = ["Dequeuer", "Postprocess"]
 
@@ -47,7 +52,8 @@ class Dequeuer(Worker):
             raises fails that batch's frames with reason ``postprocess_failed``.
         abort: set when the pipeline gives up draining.
         max_consecutive_failures: failed executions in a row after which the replica is
-            taken out of rotation (each failed batch gets error results first).
+            taken out of rotation (each failed batch is retried elsewhere or gets error
+            results first).
     """
 
     def __init__(
@@ -66,7 +72,6 @@ class Dequeuer(Worker):
         self._postprocess = postprocess
         self._abort = abort
         self._max_failures = max_consecutive_failures
-        self._failures = 0
         self._unwarned = 0  # failed executions since the last warning
         self._next_warning_ns = 0
 
@@ -81,19 +86,22 @@ class Dequeuer(Worker):
                 continue
             if item is STOP:
                 return
-            if isinstance(item, Batch):
+            if isinstance(item, Dispatched):
                 self._finish(item)
 
-    def _finish(self, batch: Batch) -> None:
+    def _finish(self, dispatched: Dispatched) -> None:
+        """Complete one ledger entry: towards egress, unless another replica took it."""
+        batch, handed_on = dispatched.batch, False
         if batch.good and self._replica.failed is None:
             outputs = self._wait_outputs()
             if outputs is None:
                 return
-            self._complete(batch, outputs)
+            handed_on = self._complete(dispatched, outputs)
         elif batch.good:
-            self._replica.refuse(batch)
+            handed_on = self._replica.refuse(dispatched)
         self._replica.finished()
-        self._outbox.put(batch)
+        if not handed_on:
+            self._outbox.put(batch)
 
     def _wait_outputs(self) -> InferenceOutputs | None:
         while not self._abort.is_set():
@@ -106,17 +114,18 @@ class Dequeuer(Worker):
                 return outputs
         return None
 
-    def _complete(self, batch: Batch, done: InferenceOutputs) -> None:
+    def _complete(self, dispatched: Dispatched, done: InferenceOutputs) -> bool:
+        """Postprocess a batch's outputs, or handle its failed execution; True if another
+        replica took the batch."""
+        batch = dispatched.batch
         for frame in batch.good:
             frame.model = self._model.info.name
             frame.infer_start_ns = done.start_ns
             frame.infer_end_ns = done.end_ns
         if done.error is not None or done.outputs is None:
             error = done.error or FrameError(Reason.INFERENCE_FAILED, "no outputs")
-            self._failed_execution(batch, error)
-            return
-        self._failures = 0
-        self._replica.executed += 1
+            return self._failed_execution(dispatched, error)
+        self._replica.execution_succeeded()
         try:
             self._postprocess(done.outputs, batch.good)
         except FrameError as error:  # an operator the postprocessor runs failed
@@ -124,6 +133,7 @@ class Dequeuer(Worker):
         except Exception as exc:  # a postprocessor bug fails this batch, not the daemon
             detail = f"{type(exc).__name__}: {exc}"
             self._failed_postprocess(batch, FrameError(Reason.POSTPROCESS_FAILED, detail))
+        return False
 
     def _failed_postprocess(self, batch: Batch, error: FrameError) -> None:
         """Fail the batch, with a ``postprocess_failed`` warning (budgeted: a postprocess that
@@ -142,14 +152,16 @@ class Dequeuer(Worker):
             )
         self._fail(batch, error)
 
-    def _failed_execution(self, batch: Batch, error: FrameError) -> None:
-        """Fail the batch; a warning at the first failure of a streak, at most one per
-        :data:`WARNING_INTERVAL_S` (``failed_since_warning`` counts those in between: a
-        model failing every few batches does not flood the journal)."""
-        self._failures += 1
+    def _failed_execution(self, dispatched: Dispatched, error: FrameError) -> bool:
+        """Retry the batch on another replica, else fail it; a warning at the first failure
+        of a streak, at most one per :data:`WARNING_INTERVAL_S` (``failed_since_warning``
+        counts those in between: a model failing every few batches does not flood the
+        journal). True if another replica took the batch."""
+        batch = dispatched.batch
+        failures = self._replica.execution_failed()
         self._unwarned += 1
         now_ns = time.monotonic_ns()
-        warn = self._failures == 1 and now_ns >= self._next_warning_ns
+        warn = failures == 1 and now_ns >= self._next_warning_ns
         if warn:
             self._next_warning_ns = now_ns + int(WARNING_INTERVAL_S * 1e9)
         (_log.warning if warn else _log.debug)(
@@ -158,17 +170,21 @@ class Dequeuer(Worker):
             replica=self._replica.name,
             device=self._replica.device,
             frames=len(batch.good),
-            consecutive=self._failures,
+            consecutive=failures,
             failed_since_warning=self._unwarned,
             detail=error.detail,
         )
         if warn:
             self._unwarned = 0
-        self._fail(batch, error)
-        if self._failures >= self._max_failures:
-            self._replica.fail(f"{self._failures} executions failed in a row")
+        handed_on = self._replica.retry_elsewhere(dispatched, error)
+        if not handed_on:
+            self._fail(batch, error)
+        if failures >= self._max_failures:
+            self._replica.fail(f"{failures} executions failed in a row")
+        return handed_on
 
-    @staticmethod
-    def _fail(batch: Batch, error: FrameError) -> None:
+    def _fail(self, batch: Batch, error: FrameError) -> None:
+        """Fail the batch's frames, the error naming the stage."""
+        named = stage_error(self._model.info.name, error)
         for frame in batch.good:
-            frame.fail(error)
+            frame.fail(named)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from streamer.errors import BackendError
-from streamer.frames import STOP, Batch
+from streamer.frames import STOP
 from streamer.lifecycle import Worker
-from streamer.runtime.base import Tensor, release_inputs
-from streamer.scheduling.replica import Replica
+from streamer.runtime.base import release_inputs
+from streamer.scheduling.replica import Dispatched, Replica
 
 __all__ = ["Enqueuer"]
 
@@ -25,6 +24,10 @@ _POLL_S = 0.1
 
 class Enqueuer(Worker):
     """Takes dispatched batches, enqueues them, records them in the replica's ledger.
+
+    On a replica out of rotation it enqueues nothing: each batch it takes is retried on
+    another replica (put in that one's submit queue, whose enqueue thread enqueues it) or
+    failed.
 
     Args:
         replica: the replica it feeds.
@@ -49,23 +52,24 @@ class Enqueuer(Worker):
             if item is STOP:
                 replica.ledger.put(STOP)
                 return
-            batch, inputs = item
-            self._enqueue(batch, inputs)
+            self._enqueue(item)
 
-    def _enqueue(self, batch: Batch, inputs: Sequence[Tensor]) -> None:
-        """Enqueue, or refuse the batch on a failed replica (its device inputs released)."""
+    def _enqueue(self, dispatched: Dispatched) -> None:
+        """Enqueue, or on a failed replica refuse the batch: another replica takes it (it
+        then leaves this one), or its frames fail (its device inputs released)."""
         replica = self._replica
         if replica.failed is not None:
-            release_inputs(inputs)
+            release_inputs(dispatched.inputs)  # device tensors only: those are never retried
         else:
-            for frame in batch.good:
+            for frame in dispatched.batch.good:
                 frame.batched_at_ns = time.monotonic_ns()
             try:
-                replica.model.enqueue(inputs)
+                replica.model.enqueue(dispatched.inputs)
             except BackendError as exc:
                 if self._abort.is_set():  # interrupted: the chain was given up
                     return
                 replica.fail(str(exc))
-        if replica.failed is not None:
-            replica.refuse(batch)
-        replica.ledger.put(batch)
+        if replica.failed is not None and replica.refuse(dispatched):
+            replica.finished()
+            return
+        replica.ledger.put(dispatched)

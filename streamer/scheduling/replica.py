@@ -5,30 +5,86 @@ its own enqueue thread (:class:`~streamer.scheduling.enqueuer.Enqueuer`, the onl
 enqueues into that model) and dequeue thread. The batcher hands each batch to the
 :class:`Dispatcher`, which sends it to the live replica with the fewest batches in flight.
 
+A replica whose last execution failed is on a *failure streak*: it fails at once, so it
+always has the fewest batches in flight, and would otherwise draw most batches. While another
+live replica has no streak, the dispatcher sends it only a *probe* batch, at most one per
+:data:`PROBE_INTERVAL_S`; a success ends the streak. A batch that fails on a replica (its
+execution failed, or the replica left rotation holding it) runs once more on another live
+replica without a streak, its frames failing only if none takes it or it fails there too;
+so a probe costs no frame. Batches whose inputs are device tensors (a ``tensor`` chain) live
+on one device and are not retried.
+
 A replica whose device fails (its enqueue or dequeue raises :class:`BackendError`, or
 ``max_consecutive_failures`` executions fail in a row) is taken out of rotation with one
-logged event; the batches it holds (and any its enqueue thread is waiting to enqueue) get
-error results and the other replicas carry on. When
-no replica of a stage is left, the dispatcher raises and the daemon stops.
+logged event; the batches it holds (and any its enqueue thread is waiting to enqueue) run on
+another replica as above, or get error results, and the other replicas carry on. When no
+replica of a stage is left, the dispatcher raises and the daemon stops.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import structlog
 
 from streamer.errors import BackendError, FrameError, Reason
 from streamer.frames import Batch
+from streamer.log_budget import LogBudget
 from streamer.runtime.base import QueueModel, Tensor
+from streamer.scheduling.chain import stage_error
 
-__all__ = ["Dispatcher", "Replica", "every_replica_failed"]
+__all__ = [
+    "PROBE_INTERVAL_S",
+    "RETRY_WAIT_S",
+    "Dispatched",
+    "Dispatcher",
+    "Replica",
+    "every_replica_failed",
+]
 
+PROBE_INTERVAL_S = 1.0
+"""Least time (s) between two probe batches to a replica on a failure streak while another
+replica serves: a device back from a transient fault is in use again within about a second,
+and one that stays broken costs one retried batch a second (no frame) until
+``max_consecutive_failures`` failed probes take it out of rotation."""
+RETRY_WAIT_S = 1.0
+"""Longest time (s) a failed batch waits for room at the replica it is retried on before its
+frames fail: bounded, so that replicas retrying into each other cannot deadlock. Room comes
+as soon as that replica's enqueue thread takes its next batch (one execution's time, far
+less than this); a result that still comes after the reorder timeout (1 s by default, on
+ACL 1 s more than ``result_timeout_ms``) is published out of order, not lost."""
 _POLL_S = 0.1
+_RETRY_LINES = LogBudget("batch_retried")
+"""Every stage's ``batch_retried`` warnings, together."""
 _log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class Dispatched:
+    """A batch on its way through a replica: its submit queue, then its ledger.
+
+    Attributes:
+        batch: the batch.
+        inputs: its model inputs, one per model input, batch first; kept until the dequeue
+            so that a failed batch can run again on another replica.
+        retried: it failed once already and runs on its second replica.
+    """
+
+    batch: Batch
+    inputs: Sequence[Tensor]
+    retried: bool = False
+
+    @property
+    def retryable(self) -> bool:
+        """Not retried yet, and every input a host array (a device tensor lives on one
+        device, in memory of the model that made it)."""
+        return not self.retried and all(isinstance(t, np.ndarray) for t in self.inputs)
 
 
 class Replica:
@@ -40,9 +96,12 @@ class Replica:
         model: the loaded model.
 
     Attributes:
-        submit: batches from the dispatcher to the enqueue thread (one waits at most).
-        ledger: batches the enqueue thread enqueued, in order, for the dequeue thread.
+        submit: :class:`Dispatched` batches for the enqueue thread (one waits at most).
+        ledger: :class:`Dispatched` batches the enqueue thread enqueued, in order, for the
+            dequeue thread.
         failed: why the replica was taken out of rotation, or None while it serves.
+        dispatcher: the stage's dispatcher, which retries its failed batches elsewhere (set
+            by the :class:`Dispatcher`).
     """
 
     def __init__(self, index: int, device: int, model: QueueModel) -> None:
@@ -52,10 +111,16 @@ class Replica:
         self.submit: queue.Queue[Any] = queue.Queue(maxsize=1)
         self.ledger: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.failed: str | None = None
+        self.dispatcher: Dispatcher | None = None
         self.executed = 0
         """Batches it executed successfully (a counter, written by its dequeue thread)."""
+        self.failures = 0
+        """Its executions that failed in a row, up to now (written by its dequeue thread)."""
+        self.retried = 0
+        """Batches that failed here and were handed to another replica (a counter)."""
         self._lock = threading.Lock()
         self._in_flight = 0
+        self._probe_at_ns = 0
 
     @property
     def name(self) -> str:
@@ -63,8 +128,13 @@ class Replica:
 
     @property
     def in_flight(self) -> int:
-        """Batches dispatched here and not yet dequeued."""
+        """Batches dispatched here and not yet dequeued or handed on."""
         return self._in_flight
+
+    @property
+    def on_streak(self) -> bool:
+        """Its last execution failed."""
+        return self.failures > 0
 
     def took(self) -> None:
         with self._lock:
@@ -73,13 +143,44 @@ class Replica:
     def finished(self) -> None:
         with self._lock:
             self._in_flight -= 1
+        if self.dispatcher is not None:
+            self.dispatcher.settle()
+
+    def execution_succeeded(self) -> None:
+        """Count one successful execution, which ends any failure streak; its dequeue
+        thread."""
+        with self._lock:
+            self.executed += 1
+            self.failures = 0
+
+    def execution_failed(self) -> int:
+        """Count one failed execution; its dequeue thread. The first of a streak makes its
+        first probe due :data:`PROBE_INTERVAL_S` later.
+
+        Returns:
+            the executions failed in a row, this one included.
+        """
+        with self._lock:
+            self.failures += 1
+            if self.failures == 1:
+                self._probe_at_ns = time.monotonic_ns() + int(PROBE_INTERVAL_S * 1e9)
+            return self.failures
+
+    def take_probe(self, now_ns: int) -> bool:
+        """Whether it is on a streak and its probe is due at ``now_ns`` (monotonic ns); if
+        so the next one is due :data:`PROBE_INTERVAL_S` later. The batcher thread's."""
+        with self._lock:
+            if self.failures == 0 or now_ns < self._probe_at_ns:
+                return False
+            self._probe_at_ns = now_ns + int(PROBE_INTERVAL_S * 1e9)
+            return True
 
     def fail(self, reason: str) -> None:
         """Take the replica out of rotation (logged once); any thread.
 
         Its model is interrupted: an enqueue waiting for room that the failed device will
         never make (queue mode frees a slot only when an output comes) then returns, and
-        the batches it and the dispatcher hold get error results too.
+        the batches it and the dispatcher hold are retried or get error results too.
         """
         with self._lock:
             if self.failed is not None:
@@ -88,12 +189,28 @@ class Replica:
         self.model.interrupt()
         _log.error("replica_failed", replica=self.name, device=self.device, reason=reason)
 
-    def refuse(self, batch: Batch) -> None:
-        """Fail a batch this replica can no longer run."""
+    def retry_elsewhere(self, dispatched: Dispatched, error: FrameError) -> bool:
+        """Queue a batch that failed here (with ``error``) on another replica of the stage
+        (:meth:`Dispatcher.retry`); its enqueue or dequeue thread. True if one took it: the
+        caller leaves the batch to it and counts it :meth:`finished` here."""
+        return self.dispatcher is not None and self.dispatcher.retry(dispatched, self, error)
+
+    def refuse(self, dispatched: Dispatched) -> bool:
+        """Retry on another replica, else fail, a batch this replica can no longer run.
+
+        Returns:
+            True if another replica took it (as :meth:`retry_elsewhere`); False if its
+            frames failed.
+        """
         error = FrameError(Reason.INFERENCE_FAILED, f"device {self.device}: {self.failed}")
+        if self.retry_elsewhere(dispatched, error):
+            return True
+        named = stage_error(self.model.info.name, error)
+        batch = dispatched.batch
         for frame in batch.good:
-            frame.fail(error)
+            frame.fail(named)
         batch.good = []
+        return False
 
 
 def every_replica_failed(replicas: list[Replica]) -> str:
@@ -103,19 +220,25 @@ def every_replica_failed(replicas: list[Replica]) -> str:
 
 
 class Dispatcher:
-    """Sends each batch to the live replica with the fewest batches in flight.
+    """Sends each batch to the live replica with the fewest batches in flight, sparing
+    replicas on a failure streak (module docstring), and retries failed batches.
 
-    Only the batcher thread calls :meth:`dispatch` and :meth:`broadcast`.
+    Only the batcher thread calls :meth:`dispatch` and :meth:`broadcast`; the replicas'
+    enqueue and dequeue threads call :meth:`retry`.
 
     Args:
-        replicas: the stage's replicas.
-        abort: set when the pipeline gives up; a blocked dispatch then returns.
+        replicas: the stage's replicas; each gets this dispatcher as its ``dispatcher``.
+        abort: set when the pipeline gives up; a blocked dispatch or retry then returns.
     """
 
     def __init__(self, replicas: list[Replica], abort: threading.Event) -> None:
         self.replicas = replicas
         self._abort = abort
         self._next = 0
+        self._settled = threading.Condition()  # notified as batches leave replicas
+        self._count_lock = threading.Lock()  # the replicas' ``retried`` counters
+        for replica in replicas:
+            replica.dispatcher = self
 
     def dispatch(self, batch: Batch, inputs: Sequence[Tensor], device: int | None = None) -> None:
         """Queue ``batch`` (its model ``inputs``) on the least busy live replica, on
@@ -124,17 +247,23 @@ class Dispatcher:
         Raises:
             BackendError: every replica of the stage has failed, or every one on ``device``.
         """
+        dispatched = Dispatched(batch, inputs)
         while not self._abort.is_set():
             replica = self._pick(device)
             replica.took()
             try:
-                replica.submit.put((batch, inputs), timeout=_POLL_S)
+                replica.submit.put(dispatched, timeout=_POLL_S)
                 return
             except queue.Full:
                 replica.finished()
 
     def broadcast(self, marker: Any) -> None:
-        """Queue a marker (stop, model swap) on every replica, failed ones included."""
+        """Queue a marker (stop) on every replica, failed ones included, once no batch is in
+        flight on any: an enqueue thread ends at the marker, and a batch retried after it
+        would never run. Returns at once on abort."""
+        with self._settled:
+            while not self._abort.is_set() and any(r.in_flight for r in self.replicas):
+                self._settled.wait(_POLL_S)
         for replica in self.replicas:
             while not self._abort.is_set():
                 try:
@@ -142,6 +271,60 @@ class Dispatcher:
                     break
                 except queue.Full:
                     continue
+
+    def retry(self, dispatched: Dispatched, source: Replica, error: FrameError) -> bool:
+        """Queue a batch that failed on ``source`` (with ``error``) on another live replica
+        without a failure streak, the least busy, preferably on another device; once per
+        batch, and only with host inputs; logs ``batch_retried`` (budgeted). Called by
+        ``source``'s threads while the batch still counts in flight there. Waits at most
+        :data:`RETRY_WAIT_S` for room, less on abort.
+
+        Returns:
+            True if queued: the target counts it in flight and its threads finish it; False
+            if not (retried before, device inputs, no such replica, no room): the caller
+            fails its frames.
+        """
+        target = self._retry_target(source) if dispatched.retryable else None
+        if target is None:
+            return False
+        frames = len(dispatched.batch.good)  # the target may finish it before the log line
+        if not self._offer(target, Dispatched(dispatched.batch, dispatched.inputs, True)):
+            return False
+        with self._count_lock:
+            source.retried += 1
+        _log_retry(frames, source, target, error)
+        return True
+
+    def settle(self) -> None:
+        """A batch left a replica (dequeued, or handed on): wake a :meth:`broadcast` waiting
+        for the stage to have none in flight; any thread."""
+        with self._settled:
+            self._settled.notify_all()
+
+    def _retry_target(self, source: Replica) -> Replica | None:
+        """The live replica without a streak, other than ``source``, with the fewest batches
+        in flight, on another device than ``source`` if one is (its other replicas share
+        a fault of the device, and fail at once until their own streak begins)."""
+        others = [
+            r for r in self.replicas if r is not source and r.failed is None and not r.on_streak
+        ]
+        return min(others, key=lambda r: (r.device == source.device, r.in_flight), default=None)
+
+    def _offer(self, target: Replica, dispatched: Dispatched) -> bool:
+        """Put ``dispatched`` in ``target``'s submit queue within :data:`RETRY_WAIT_S`."""
+        target.took()
+        deadline = time.monotonic() + RETRY_WAIT_S
+        while not self._abort.is_set() and target.failed is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                target.submit.put(dispatched, timeout=min(left, _POLL_S))
+                return True
+            except queue.Full:
+                continue
+        target.finished()
+        return False
 
     def _pick(self, device: int | None) -> Replica:
         live = [r for r in self.replicas if r.failed is None]
@@ -151,6 +334,29 @@ class Dispatcher:
             live = [r for r in live if r.device == device]
             if not live:
                 raise BackendError(f"no live replica on device {device}")
+        serving = [r for r in live if not r.on_streak]
+        if serving:
+            now_ns = time.monotonic_ns()
+            probe = next((r for r in live if r.on_streak and r.take_probe(now_ns)), None)
+            if probe is not None:
+                return probe
+            live = serving
         self._next = (self._next + 1) % len(live)
         rotated = live[self._next :] + live[: self._next]
         return min(rotated, key=lambda r: r.in_flight)
+
+
+def _log_retry(frames: int, source: Replica, target: Replica, error: FrameError) -> None:
+    """A ``batch_retried`` warning, budgeted: 10 lines per 10 s over every stage."""
+    if (suppressed := _RETRY_LINES.take()) is not None:
+        _log.warning(
+            "batch_retried",
+            model=source.model.info.name,
+            replica=source.name,
+            device=source.device,
+            to_replica=target.name,
+            to_device=target.device,
+            frames=frames,
+            detail=error.detail,
+            suppressed=suppressed,
+        )

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.clients.producer import produce
 
-from .conftest import Client, Daemon, backend_settings, shipped_config
+from .conftest import Client, Daemon, backend_settings, shipped, shipped_config, sim_settings
 
 
 def peak_rss_mb(daemon: Daemon) -> float:
@@ -105,10 +105,13 @@ def test_two_devices_share_the_work_and_one_can_fail(
     """In queue mode the lost device's outputs stop coming: its replicas fail after
     result_timeout_ms. Their enqueue threads, waiting for room the lost device would never
     make, used to keep their batches (and the frames in them) forever. The default reorder
-    timeout outlasts result_timeout_ms, so the failed frames still come in order."""
+    timeout outlasts result_timeout_ms, so the failed frames still come in order. In async
+    mode its executions fail, and one failure takes it out of rotation here (by default,
+    ten failed probes would, one a second)."""
     settings = backend_settings(f"acl-sim-{mode}", assets["blazeface_short_range"], tmp_path)
     daemon = start_daemon(
         **{**settings, "max_size": 1},
+        daemon_extra="max_consecutive_failures = 1",
         runtime_extra="devices = [0, 1]\n[runtime.options]\nresult_timeout_ms = 2000\n"
         '[runtime.options.sim]\ndevice_lost_after_n_executes = { "1" = 40 }',
     )
@@ -131,6 +134,52 @@ def test_two_devices_share_the_work_and_one_can_fail(
     assert daemon.stop() == 0
     final = daemon.final_counts()
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]
+
+
+def test_a_lost_device_fails_no_frame_while_the_other_serves(connect: Any, tmp_path: Path) -> None:
+    """The shipped config on devices 0 and 1 (two replicas each), device 1 lost after 15
+    executions. Its replicas failed at once, so they always had the fewest batches in flight
+    and drew most batches until 10 failures in a row took them out: two thirds of the frames
+    failed. Each batch that fails there now runs again on device 0, and a replica on a
+    failure streak draws only probes; at ``max_consecutive_failures`` (1 here, so that no
+    probe need be waited for) it leaves rotation."""
+
+    def lost_device(text: str) -> str:
+        sim = '[runtime.options.sim]\ndevice_lost_after_n_executes = { "1" = 15 }'
+        text = text.replace('backend = "onnxruntime"', 'backend = "acl-sim"')
+        text = text.replace("devices = [0]", "devices = [0, 1]")
+        text = text.replace("intra_op_threads = 1", sim)
+        return text.replace("max_consecutive_failures = 10", "max_consecutive_failures = 1")
+
+    daemon = shipped("default.toml", tmp_path, lost_device, sim_settings("async"))
+    client: Client = connect(daemon)
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", fps=200)
+    results = client.collect(121)[:-1]
+    assert [r["seq"] for r in results] == list(range(120))
+    assert all(r["error"] is None and len(r["detections"]) == 1 for r in results)
+    lost = [daemon.wait_event("replica_failed", 30) for _ in range(2)]
+    assert [e["device"] for e in lost] == [1, 1]
+    up = sorted((s.labels["device"], s.value) for s in samples(daemon, "up"))
+    assert up == [("0", 1), ("0", 1), ("1", 0), ("1", 0)]  # device 1's replicas are out
+    (retried,) = samples(daemon, "streamer_batches_retried_total")
+    assert retried.labels == {"model": "face"} and retried.value > 0
+    assert [e for e in daemon.logs if e.get("event") == "batch_retried"]
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["failed"] == 0 and final["published"] == final["received"]
+
+
+def samples(daemon: Daemon, name: str) -> list[Any]:
+    """The samples of one metric from /metrics; ``"up"`` is ``streamer_replica_up``."""
+    name = "streamer_replica_up" if name == "up" else name
+    with urlopen(daemon.http + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return [
+        sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
 
 
 @pytest.mark.parametrize("mode", ["queue", "async", "sync"])

@@ -121,6 +121,10 @@ def test_failed_executions_in_either_stage_fail_only_their_frames(
     failed = [r for r in results if r["error"] is not None]
     assert {r["error"]["reason"] for r in failed} == {"inference_failed"}
     assert {r["model"] for r in failed} == {"backbone", "head"}
+    failure = "acl.mdl.execute_async failed: ACL_ERROR_GE_FAILURE (500002)"
+    assert {r["error"]["detail"] for r in failed} == {
+        f"stage {stage}: {failure}" for stage in ("backbone", "head")
+    }
     assert all(len(r["detections"]) == 1 for r in results if r["error"] is None)
     assert daemon.stop() == 0
     final = daemon.final_counts()

@@ -158,8 +158,8 @@ def static_batch(model_file: Path, batch: int, out: Path) -> Path:
 def test_a_failing_postprocess_fails_its_frames_with_a_warning(
     model: Recording, raised: Exception, detail: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every frame of the batch fails with ``postprocess_failed``, and the log says so (a
-    postprocess that fails every batch must not fail frames silently)."""
+    """Every frame of the batch fails with ``postprocess_failed`` naming the stage, and the
+    log says so (a postprocess that fails every batch must not fail frames silently)."""
     monkeypatch.setattr(dequeuer, "_POSTPROCESS_LINES", LogBudget("postprocess_failed"))
 
     def failing(outputs: Sequence[np.ndarray], batch: list[Frame]) -> None:
@@ -169,7 +169,7 @@ def test_a_failing_postprocess_fails_its_frames_with_a_warning(
     with capture_logs() as logs:
         done = run_queued(model, policy, frames(5), failing)
     assert {(f.error.reason, f.error.detail) for f in done if f.error} == {
-        ("postprocess_failed", detail)
+        ("postprocess_failed", f"stage face: {detail}")
     }
     assert len(done) == 5
     (warning,) = [e for e in logs if e["event"] == "postprocess_failed"]

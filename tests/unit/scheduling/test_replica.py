@@ -1,0 +1,74 @@
+"""The dispatcher's choice of replica, with failure streaks and probes: two replicas of a
+real onnxruntime model that nothing runs, each batch's replica read from their submit
+queues."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamer.config import RuntimeConfig
+from streamer.frames import Batch
+from streamer.runtime import ModelSpec, open_backend
+from streamer.scheduling import replica as replica_module
+from streamer.scheduling.replica import Dispatcher, Replica
+
+
+@pytest.fixture
+def replicas(short_range_model: Path) -> Iterator[list[Replica]]:
+    """Replica 0 on device 0 and replica 1 on device 1 (onnxruntime: both on the CPU)."""
+    spec = ModelSpec("face", short_range_model)
+    with open_backend(RuntimeConfig()) as backend:
+        with backend.load(spec) as first, backend.load(spec) as second:
+            yield [Replica(0, 0, first), Replica(1, 1, second)]
+
+
+def chosen(dispatcher: Dispatcher, count: int) -> list[int]:
+    """The replica each of ``count`` batches went to; each is taken off its submit queue
+    and counted finished at once, as if it had run."""
+    picks = []
+    for _ in range(count):
+        dispatcher.dispatch(Batch([]), [np.zeros((1, 3, 128, 128), np.float32)])
+        (replica,) = [r for r in dispatcher.replicas if r.submit.full()]
+        replica.submit.get_nowait()
+        replica.finished()
+        picks.append(replica.index)
+    return picks
+
+
+def test_a_replica_on_a_failure_streak_is_spared_until_a_success_ends_it(
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replica_module, "PROBE_INTERVAL_S", 3600.0)
+    dispatcher = Dispatcher(replicas, threading.Event())
+    assert sorted(chosen(dispatcher, 4)) == [0, 0, 1, 1]  # in turn
+    assert replicas[1].execution_failed() == 1
+    assert chosen(dispatcher, 4) == [0, 0, 0, 0]  # no probe due within the hour
+    replicas[1].execution_succeeded()
+    assert sorted(chosen(dispatcher, 4)) == [0, 0, 1, 1]
+
+
+def test_a_replica_on_a_failure_streak_gets_one_probe_per_interval(
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replica_module, "PROBE_INTERVAL_S", 0.0)
+    replicas[1].execution_failed()  # its first probe is due at once
+    monkeypatch.setattr(replica_module, "PROBE_INTERVAL_S", 3600.0)
+    dispatcher = Dispatcher(replicas, threading.Event())
+    assert chosen(dispatcher, 4) == [1, 0, 0, 0]  # the probe; the next is an hour away
+
+
+def test_replicas_all_on_a_failure_streak_still_take_every_batch(
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no replica free of a streak there is nothing better: the stage runs on those
+    it has until ``max_consecutive_failures`` takes them out."""
+    monkeypatch.setattr(replica_module, "PROBE_INTERVAL_S", 3600.0)
+    for replica in replicas:
+        replica.execution_failed()
+    dispatcher = Dispatcher(replicas, threading.Event())
+    assert sorted(chosen(dispatcher, 4)) == [0, 0, 1, 1]
