@@ -36,7 +36,9 @@ class _Stream:
     last_ns: int
     next_order: int = 0
     held: dict[int, Any] = field(default_factory=dict)
-    held_since_ns: int = 0
+    held_at: dict[int, int] = field(default_factory=dict)
+    """When each held entry came (monotonic ns), oldest first: the timeout counts from the
+    oldest one still held."""
     skipped: int = 0
     """Entries of ``held`` that are dropped frames' places, not frames: they do not count
     towards the window (a ``drop_oldest`` queue drops frames behind ones still running)."""
@@ -113,7 +115,7 @@ class ReorderBuffer:
         released = self._apply_skips(now)
         for key, stream in list(self._streams.items()):
             released += self._expire_given_up(stream, now)
-            if stream.held and now - stream.held_since_ns >= self._timeout_ns:
+            if stream.held and now - next(iter(stream.held_at.values())) >= self._timeout_ns:
                 released += self._give_up(stream, now)
             elif not stream.held and now - stream.last_ns > self._idle_ns:
                 del self._streams[key]
@@ -144,10 +146,10 @@ class ReorderBuffer:
         stream.last_ns = now
         return stream
 
-    def _hold(self, stream: _Stream, order: int, item: Any, now: int) -> None:
-        if not stream.held:
-            stream.held_since_ns = now
+    @staticmethod
+    def _hold(stream: _Stream, order: int, item: Any, now: int) -> None:
         stream.held[order] = item
+        stream.held_at.setdefault(order, now)
 
     def _apply_skips(self, now: int) -> list[Item]:
         with self._skip_lock:
@@ -172,14 +174,13 @@ class ReorderBuffer:
             if _waits(stream, item):
                 break
             del stream.held[stream.next_order]
+            del stream.held_at[stream.next_order]
             stream.next_order += 1
             if item is _SKIPPED:
                 stream.skipped -= 1
             else:
                 stream.failed -= _failed(item)
                 released.append(item)
-        if stream.held:
-            stream.held_since_ns = time.monotonic_ns()
         return released
 
     def _give_up(self, stream: _Stream, now: int) -> list[Item]:

@@ -1,7 +1,11 @@
 import time
+from types import SimpleNamespace
+
+import pytest
 
 from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
+from streamer.scheduling import reorder
 from streamer.scheduling.reorder import ReorderBuffer
 
 
@@ -148,3 +152,17 @@ def test_flush_releases_a_waiting_end_of_stream() -> None:
     eos.epoch, eos.order = 0, 3
     buffer.push(eos)
     assert buffer.flush() == [eos] and buffer.held() == 0
+
+
+def test_the_timeout_counts_from_the_oldest_held_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source that keeps sending while one frame is missing: the results held behind it go
+    out ``timeout_s`` after the first of them came, not only once the source pauses for that
+    long (each new result restarted the wait, and only the window, 4096 frames, bounded it)."""
+    clock = [0]
+    monkeypatch.setattr(reorder, "time", SimpleNamespace(monotonic_ns=lambda: clock[0]))
+    buffer = ReorderBuffer(window=4096, timeout_s=0.2, idle_evict_s=60)
+    released = []
+    for order in range(1, 41):  # order 0 is missing; a result every 50 ms
+        clock[0] = order * 50_000_000
+        released += buffer.push(frame(order)) + buffer.expire()
+    assert orders(released) == list(range(1, 41)) and buffer.gave_up == 1
