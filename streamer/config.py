@@ -157,7 +157,11 @@ class DaemonConfig(_Strict):
     )
     decode_workers: int = Field(0, ge=0, le=1024, description="0 = one per CPU core")
     queue_size: PositiveCInt = Field(64, description="frames buffered between two stages")
-    source_idle_s: Seconds = Field(60.0, description="forget a source silent this long")
+    source_idle_s: Seconds = Field(
+        60.0,
+        description="forget a source silent this long, once its frames in flight have left "
+        "(ten times this long: anyway)",
+    )
     reorder_window: PositiveCInt | None = Field(
         None,
         description="frames a source holds for a late one; unset = what the chain can have in "

@@ -6,7 +6,8 @@ journald's rate limit would then drop the daemon's other messages. Such an event
 :meth:`LogBudget.take` at most ``lines`` times per ``interval_s``; the next line that passes
 says how many were left out in between (``suppressed``). What no line has reported yet when
 the daemon stops is in its final ``stopped`` line (:func:`take_unreported`), so ten lines of a
-flood of ten thousand are never mistaken for the whole of it.
+flood of ten thousand are never mistaken for the whole of it. A value a peer chooses the length
+of (a source id, up to 64 KiB) goes into a line cut short (:func:`logged`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import threading
 import time
 from collections import Counter
 
-__all__ = ["LogBudget", "take_unreported"]
+__all__ = ["LOGGED_CHARS", "LogBudget", "logged", "take_unreported"]
+
+LOGGED_CHARS = 256
+"""Characters of a peer-chosen value (a source id) a log line shows at most."""
 
 _BUDGETS: list[LogBudget] = []  # a few per component, kept for the final summary
 _BUDGETS_LOCK = threading.Lock()
@@ -72,3 +76,12 @@ def take_unreported() -> dict[str, int]:
     for budget in budgets:
         totals[budget.event] += budget.take_unreported()
     return {event: count for event, count in sorted(totals.items()) if count}
+
+
+def logged(value: str) -> str:
+    """``value`` as a log line shows it: at most :data:`LOGGED_CHARS` characters, a longer
+    one cut with its length said (a line of a 64 KiB source id, ten a second, would fill
+    the journal, and journald splits lines over 48 KiB, which breaks their JSON)."""
+    if len(value) <= LOGGED_CHARS:
+        return value
+    return f"{value[:LOGGED_CHARS]}… ({len(value)} characters)"

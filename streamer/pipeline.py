@@ -174,9 +174,11 @@ class Pipeline:
         self._authenticator: CurveAuthenticator | None = None
         self._pool: ThreadPoolExecutor | None = None
         daemon = config.daemon
-        self.sources = SourceTracker(daemon.source_idle_s)
         self.reorder = ReorderBuffer(
             _reorder_window(config), reorder_timeout_s(config, backend), daemon.source_idle_s
+        )
+        self.sources = SourceTracker(
+            daemon.source_idle_s, self.reorder.released_through, self.reorder.close
         )
         self._inbox = AdmissionQueue(
             daemon.queue_size,

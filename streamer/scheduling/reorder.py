@@ -13,11 +13,20 @@ never thrown away. An end of stream, in its place in the order, waits for the st
 frames given up on in the last ``timeout_s`` (they are still running), and what follows it
 waits with it, so a subscriber that stops reading at the end of stream gets them too.
 
-Only the egress thread calls :meth:`push` and :meth:`expire`; :meth:`skip` is thread-safe.
+A stream is forgotten once the source tracker has forgotten its epoch (:meth:`close`: it
+does so only when :meth:`released_through` says every frame it placed has left) and nothing
+of it is held; a frame of it that still comes (one given up on) is then late for another
+``idle_evict_s``. So a stream whose frames spend longer in the pipeline than the source's
+idle time is never forgotten under them (its next result would have waited for orders long
+published).
+
+Only the egress thread calls :meth:`push` and :meth:`expire`; :meth:`skip`, :meth:`close` and
+:meth:`released_through` are thread-safe.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -50,6 +59,8 @@ class _Stream:
     given_up: dict[int, int] = field(default_factory=dict)
     """Orders given up on and not come since -> when (monotonic ns), oldest first; kept for
     ``timeout_s``. An end of stream next in order waits while there are any."""
+    closed: bool = False
+    """Its source's tracker has forgotten this epoch: no frame of it is still to come."""
 
 
 class ReorderBuffer:
@@ -58,7 +69,7 @@ class ReorderBuffer:
     Args:
         window: frames a stream may hold while it waits for a missing one.
         timeout_s: longest the oldest held frame waits for a missing earlier one (s).
-        idle_evict_s: a stream with nothing held is forgotten after this long (s).
+        idle_evict_s: how long a forgotten stream's frames are still taken as late (s).
 
     Attributes:
         window: as given; a reload that changes the chain sets it anew.
@@ -72,6 +83,7 @@ class ReorderBuffer:
         # Streams forgotten while idle: anything of theirs still to come is late.
         self._forgotten: dict[tuple[str, int], int] = {}  # key -> when, monotonic ns
         self._skipped: list[tuple[tuple[str, int], int]] = []
+        self._closed: list[tuple[str, int]] = []
         self._skip_lock = threading.Lock()
         self.gave_up = 0
         """Frames given up on: not released within the window or the timeout."""
@@ -83,6 +95,20 @@ class ReorderBuffer:
         if frame.order >= 0:
             with self._skip_lock:
                 self._skipped.append(((frame.source, frame.epoch), frame.order))
+
+    def close(self, key: tuple[str, int]) -> None:
+        """The source tracker forgot the stream ``(source, epoch)``: forget it once nothing
+        of it is held; thread-safe."""
+        with self._skip_lock:
+            self._closed.append(key)
+
+    def released_through(self, key: tuple[str, int]) -> int:
+        """How many of the stream's first orders have left it (released, reported dropped,
+        or given up on); any thread. A stream not seen yet has 0, one forgotten all."""
+        stream = self._streams.get(key)
+        if stream is not None:
+            return stream.next_order
+        return sys.maxsize if key in self._forgotten else 0
 
     def push(self, item: Item) -> list[Item]:
         """Add a finished item; return what can be published now, in order."""
@@ -117,9 +143,9 @@ class ReorderBuffer:
             released += self._expire_given_up(stream, now)
             if stream.held and now - next(iter(stream.held_at.values())) >= self._timeout_ns:
                 released += self._give_up(stream, now)
-            elif not stream.held and now - stream.last_ns > self._idle_ns:
-                del self._streams[key]
+            elif not stream.held and stream.closed:
                 self._forgotten[key] = now
+                del self._streams[key]
         for key, forgotten_ns in list(self._forgotten.items()):
             if now - forgotten_ns > self._idle_ns:
                 del self._forgotten[key]
@@ -154,6 +180,10 @@ class ReorderBuffer:
     def _apply_skips(self, now: int) -> list[Item]:
         with self._skip_lock:
             skipped, self._skipped = self._skipped, []
+            closed, self._closed = self._closed, []
+        for key in closed:
+            if (stream := self._streams.get(key)) is not None:
+                stream.closed = True
         released: list[Item] = []
         for key, order in skipped:
             if key in self._forgotten:

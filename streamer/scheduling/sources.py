@@ -37,25 +37,40 @@ other refused ``seq`` (a jump, a repeat, a 0) sets no ``seq`` to check against, 
 nothing, counts no gap and is never stale, so the frames after it are judged against the last
 trusted ``seq``.
 
-A source unseen for ``idle_evict_s`` is forgotten (its next frame starts a new epoch).
-``source_restarted`` and ``source_evicted`` are logged at most 10 times per 10 s each
-(:class:`~streamer.log_budget.LogBudget`); the counters count every one.
+A source unseen for ``idle_evict_s`` is forgotten (its next frame starts a new epoch) once
+every item placed in its epoch has left the reorder buffer (``released_through``): a source
+whose frames are still in the pipeline (a batch waiting out a long ``max_delay_ms``, a slow
+device) keeps its epoch, so its next frame, or its end of stream, still takes its place after
+them. One idle :data:`FORCED_EVICTION_FACTOR` times as long is forgotten anyway (a frame lost
+without a word must not pin its source forever). The reorder buffer is then told
+(``on_forget``). ``source_restarted`` and ``source_evicted`` are logged at most 10 times per
+10 s each (:class:`~streamer.log_budget.LogBudget`), the source id cut short
+(:func:`~streamer.log_budget.logged`: an id may be 64 KiB); the counters count every one.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
 
 from streamer.errors import Reason
 from streamer.frames import EndOfStream, Frame
-from streamer.log_budget import LogBudget
+from streamer.log_budget import LogBudget, logged
 
-__all__ = ["MAX_DROPOUT", "MAX_MISORDER", "SourceStats", "SourceTracker"]
+__all__ = [
+    "FORCED_EVICTION_FACTOR",
+    "MAX_DROPOUT",
+    "MAX_MISORDER",
+    "SourceStats",
+    "SourceTracker",
+    "StreamKey",
+]
 
 _log = structlog.get_logger(__name__)
 
@@ -65,6 +80,11 @@ MAX_DROPOUT = 3000
 MAX_MISORDER = 100
 """Backward jumps of ``seq`` smaller than this are late or duplicate frames; larger ones may be
 a restart, confirmed by the next frame (RFC 3550 A.1)."""
+FORCED_EVICTION_FACTOR = 10
+"""A source idle this many times ``idle_evict_s`` is forgotten even with items in flight."""
+
+StreamKey = tuple[str, int]
+"""``(source, epoch)``: one stream of a source."""
 
 
 @dataclass(slots=True)
@@ -91,11 +111,22 @@ class SourceTracker:
     """Thread-safe: every ingress thread calls :meth:`admit` / :meth:`end` for its frames.
 
     Args:
-        idle_evict_s: forget a source after this many seconds without a frame.
+        idle_evict_s: forget a source after this many seconds without a frame, once its
+            items have left (module docstring).
+        released_through: how many of a stream's first items have left the pipeline (the
+            reorder buffer's count); by default all of them.
+        on_forget: told each stream forgotten.
     """
 
-    def __init__(self, idle_evict_s: float) -> None:
+    def __init__(
+        self,
+        idle_evict_s: float,
+        released_through: Callable[[StreamKey], int] = lambda key: sys.maxsize,
+        on_forget: Callable[[StreamKey], None] = lambda key: None,
+    ) -> None:
         self._idle_ns = int(idle_evict_s * 1e9)
+        self._released_through = released_through
+        self._on_forget = on_forget
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
         self._epochs = itertools.count()
@@ -136,7 +167,7 @@ class SourceTracker:
             if (suppressed := self._restart_lines.take()) is not None:
                 _log.info(
                     "source_restarted",
-                    source=frame.source,
+                    source=logged(frame.source),
                     last_seq=last,
                     seq=frame.seq,
                     suppressed=suppressed,
@@ -160,21 +191,30 @@ class SourceTracker:
                 stream.last_seq, stream.restart_probe, stream.ended = None, -1, True
 
     def evict_idle(self, now_ns: int | None = None) -> list[str]:
-        """Forget sources idle for longer than ``idle_evict_s``; returns their ids."""
+        """Forget sources idle for longer than ``idle_evict_s`` whose items have left (module
+        docstring); returns their ids."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         with self._lock:
             idle = {
-                source: stream.ended
+                source: stream
                 for source, stream in self._streams.items()
-                if now_ns - stream.last_seen_ns > self._idle_ns
+                if self._forgettable(source, stream, now_ns)
             }
             for source in idle:
                 del self._streams[source]
-        for source, ended in idle.items():
+        for source, stream in idle.items():
+            self._on_forget((source, stream.epoch))
             # A source that said goodbye is no news.
-            if not ended and (suppressed := self._evict_lines.take()) is not None:
-                _log.info("source_evicted", source=source, suppressed=suppressed)
+            if not stream.ended and (suppressed := self._evict_lines.take()) is not None:
+                _log.info("source_evicted", source=logged(source), suppressed=suppressed)
         return list(idle)
+
+    def _forgettable(self, source: str, stream: _Stream, now_ns: int) -> bool:
+        idle_ns = now_ns - stream.last_seen_ns
+        if idle_ns <= self._idle_ns:
+            return False
+        left = self._released_through((source, stream.epoch)) >= stream.next_order
+        return left or idle_ns > FORCED_EVICTION_FACTOR * self._idle_ns
 
     def stats(self) -> SourceStats:
         with self._lock:

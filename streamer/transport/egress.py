@@ -30,7 +30,7 @@ from streamer.config import EgressConfig
 from streamer.errors import FrameError, Reason
 from streamer.frames import STOP, Batch, EndOfStream, Frame, OutcomeCounts
 from streamer.lifecycle import Worker
-from streamer.log_budget import LogBudget
+from streamer.log_budget import LogBudget, logged
 from streamer.transport.endpoints import EGRESS_TYPES, Endpoint, parse_endpoint
 from streamer.transport.protocol import encode_eos_result, encode_result
 from streamer.transport.security import CurveServer, HandshakeMonitor
@@ -226,7 +226,7 @@ def _encoded(frame: Frame, done_ns: int) -> list[bytes]:
     try:
         return encode_result(frame, done_ns)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
-        _log.error("result_unencodable", source=frame.source, seq=frame.seq, error=str(exc))
+        _log.error("result_unencodable", source=logged(frame.source), seq=frame.seq, error=str(exc))
         frame.results, frame.meta = {}, None
         frame.fail(FrameError(Reason.POSTPROCESS_FAILED, f"result is not JSON: {exc}"))
         return encode_result(frame, done_ns)

@@ -126,6 +126,36 @@ def test_clips_on_one_source_keep_their_order_across_ends_of_stream(
     assert final["source_restarts"] == final["seq_gaps"] == final["reorder_late"] == 0
 
 
+def test_a_source_idle_while_its_frames_wait_in_a_batch_keeps_its_order(
+    tmp_path: Path, connect: Any, carphone_frames: list[np.ndarray]
+) -> None:
+    """``source_idle_s`` shorter than a batch's deadline: the source, silent while its three
+    frames wait for the batch to fill, is not forgotten under them, so its end of stream comes
+    after their results (it came first), and nothing is counted given up or late."""
+
+    def slow_batches(text: str) -> str:
+        text = text.replace("source_idle_s = 60.0", "source_idle_s = 0.3")
+        return text.replace("max_delay_ms = 5.0", "max_delay_ms = 1500.0")
+
+    daemon = shipped("default.toml", tmp_path, slow_batches)
+    client: Client = connect(daemon)
+    for seq in range(3):
+        client.send_parts(encode_frame("cam", seq, carphone_frames[seq], encoding="raw"))
+    # A source whose one frame fails at once, sent after cam's: once it is forgotten, cam
+    # has been idle for longer than source_idle_s too.
+    client.send_parts(encode_frame("tick", 0, b"not a jpeg", encoding="jpeg"))
+    while daemon.wait_event("source_evicted", 10)["source"] != "tick":
+        pass
+    client.send_parts(encode_eos("cam", 2))
+    got = [
+        "eos" if r.get("eos") else r["seq"] for r in client.collect(5, 60) if r["source"] == "cam"
+    ]
+    assert got == [0, 1, 2, "eos"]
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["reorder_gave_up"] == final["reorder_late"] == 0
+
+
 def test_block_drops_nothing_and_slows_the_producer(
     start_daemon: Any, connect: Any, camera_jpegs: list[bytes]
 ) -> None:

@@ -2,7 +2,7 @@ import gc
 
 import pytest
 
-from streamer.log_budget import LogBudget, take_unreported
+from streamer.log_budget import LogBudget, logged, take_unreported
 
 S = 1_000_000_000  # ns
 
@@ -42,3 +42,8 @@ def test_a_budget_whose_owner_is_gone_still_counts_in_the_summary() -> None:
     flood()
     gc.collect()
     assert take_unreported() == {"owner_gone": 3}
+
+
+def test_a_long_value_is_cut_short_for_the_log() -> None:
+    assert logged("cam-1") == "cam-1"
+    assert logged("é" * 300) == "é" * 256 + "… (300 characters)"

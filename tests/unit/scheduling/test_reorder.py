@@ -112,10 +112,11 @@ def test_an_end_of_stream_waits_for_the_frames_given_up_on() -> None:
     assert (buffer.gave_up, buffer.late, buffer.held()) == (2, 2, 0)
 
 
-def test_a_stream_forgotten_while_idle_takes_late_frames_at_once() -> None:
+def test_a_stream_forgotten_takes_late_frames_at_once() -> None:
     buffer = ReorderBuffer(window=1, timeout_s=10, idle_evict_s=1)
     buffer.push(frame(1))
     buffer.push(frame(2))  # frame 0 given up on
+    buffer.close(("a", 0))
     assert buffer.expire(now_ns=time.monotonic_ns() + 2 * 10**9) == []  # forgotten
     assert orders(buffer.push(frame(0))) == [0] and buffer.late == 1 and buffer.held() == 0
 
@@ -166,3 +167,19 @@ def test_the_timeout_counts_from_the_oldest_held_frame(monkeypatch: pytest.Monke
         clock[0] = order * 50_000_000
         released += buffer.push(frame(order)) + buffer.expire()
     assert orders(released) == list(range(1, 41)) and buffer.gave_up == 1
+
+
+def test_a_stream_is_forgotten_only_once_its_source_tracker_closed_it() -> None:
+    """Idle for long with a frame of it still in the pipeline: the stream stays, so that
+    frame's result is released in its place (a stream forgotten under it, then met again,
+    started at order 0 and held it for orders published long before); once closed and
+    empty it is forgotten, and a frame of it that still comes is late."""
+    buffer = ReorderBuffer(window=8, timeout_s=1, idle_evict_s=1)
+    assert orders(buffer.push(frame(0))) == [0]
+    later = time.monotonic_ns() + 100 * 10**9
+    assert buffer.expire(now_ns=later) == [] and buffer.released_through(("a", 0)) == 1
+    assert orders(buffer.push(frame(1))) == [1] and buffer.late == 0
+    buffer.close(("a", 0))
+    assert buffer.expire() == [] and buffer.released_through(("a", 0)) > 2
+    assert orders(buffer.push(frame(2))) == [2] and buffer.late == 1
+    assert buffer.released_through(("b", 0)) == 0  # never seen

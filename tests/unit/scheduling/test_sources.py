@@ -156,3 +156,39 @@ def test_a_refused_header_first_takes_its_place_and_sets_no_seq() -> None:
     stats = tracker.stats()
     assert (stats.seq_gaps, stats.restarts, stats.stale) == (0, 0, 0)
     assert tracker.admit(frame("a", 6)) and tracker.stats().seq_gaps == 0
+
+
+def test_a_source_with_items_in_flight_keeps_its_epoch_until_they_have_left() -> None:
+    """Idle longer than ``idle_evict_s`` while its frames are still in the pipeline (a long
+    batch deadline): the source is not forgotten, so its end of stream takes its place after
+    them instead of going out first; once the reorder buffer has released them all it is
+    forgotten, and the buffer is told which stream."""
+    released = {"through": 0}
+    forgotten: list[tuple[str, int]] = []
+    tracker = SourceTracker(1.0, lambda key: released["through"], forgotten.append)
+    frames = [frame("cam", seq, at_ns=1) for seq in range(3)]
+    assert all(tracker.admit(f) for f in frames)
+    assert tracker.evict_idle(now_ns=2 * 10**9) == []  # idle, but 3 items in flight
+    eos = EndOfStream("cam", 2)
+    tracker.end(eos)
+    assert (eos.epoch, eos.order) == (frames[0].epoch, 3)
+    released["through"] = 4  # the three frames and the end of stream
+    assert tracker.evict_idle(now_ns=3 * 10**9) == ["cam"]
+    assert forgotten == [("cam", frames[0].epoch)]
+
+
+def test_a_source_whose_items_never_leave_is_forgotten_after_ten_idle_times() -> None:
+    tracker = SourceTracker(1.0, lambda key: 0)
+    assert tracker.admit(frame("cam", 0, at_ns=1))
+    assert tracker.evict_idle(now_ns=10 * 10**9) == []
+    assert tracker.evict_idle(now_ns=10 * 10**9 + 2) == ["cam"]
+
+
+def test_a_long_source_id_is_cut_short_in_the_log() -> None:
+    tracker = SourceTracker(idle_evict_s=1.0)
+    source = "x" * 60_000
+    assert tracker.admit(frame(source, 5, at_ns=1))
+    with capture_logs() as logs:
+        assert tracker.admit(frame(source, 0, at_ns=2))  # a restart
+        assert tracker.evict_idle(now_ns=5 * 10**9) == [source]
+    assert [e["source"] for e in logs] == [f"{'x' * 256}… (60000 characters)"] * 2
