@@ -1,7 +1,9 @@
 """Per-source stream state: sequence checks, restarts, arrival order and idle eviction.
 
 State is keyed by the ``source`` id of the header, never by connection, so a camera may
-reconnect through another socket, or a producer process restart, and its stream goes on.
+reconnect through another socket, or a producer process restart, and its stream goes on
+(frames it still had queued on the old connection then arrive among the new ones, and those
+behind are dropped as ``stale_seq``).
 
 Rules for the ``seq`` of a frame against the last accepted ``seq`` of its source, after RTP's
 sequence number validation (RFC 3550, appendix A.1, with its ``MAX_DROPOUT`` = 3000,
@@ -29,8 +31,10 @@ after clip on one source id gets each clip's results, and its end of stream, bef
 clip's. A source forgotten (idle) begins a new *epoch* (numbered across all sources, so no
 per-source history is kept) whose order starts at 0.
 
-A frame whose header was refused (``bad_header``) carries a ``seq`` nobody vouches for (any
-number, up to ``2**53`` and beyond): it takes the next place in its source's order (opening
+A frame whose header was refused (``bad_header``) with a source and an integer ``seq`` read
+from it carries a ``seq`` nobody vouches for (any number, up to ``2**53`` and beyond; one
+without, ``seq`` -1, is never admitted here and is published at once): it takes the next
+place in its source's order (opening
 the source's stream if it has none), so its error result is published in turn, but it moves
 the source's ``seq`` state only when its ``seq`` is the next one expected (``last + 1``). Any
 other refused ``seq`` (a jump, a repeat, a 0) sets no ``seq`` to check against, restarts
