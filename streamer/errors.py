@@ -69,6 +69,8 @@ class Reason:
     QUEUE_FULL = "queue_full"
     SUPERSEDED = "superseded"
     STALE_SEQ = "stale_seq"
+    RELOAD_GIVEN_UP = "reload_given_up"
+    """Held by, or queued for, a reload's old chain given up after ``reload_timeout_s``."""
 
     FAILURES = (
         BAD_HEADER,
@@ -80,7 +82,7 @@ class Reason:
         POSTPROCESS_FAILED,
     )
     """The reasons a :class:`FrameError` carries: error results, ``failed`` counters."""
-    DROPS = (SHUTDOWN, EGRESS_BLOCKED, QUEUE_FULL, SUPERSEDED, STALE_SEQ)
+    DROPS = (SHUTDOWN, EGRESS_BLOCKED, QUEUE_FULL, SUPERSEDED, STALE_SEQ, RELOAD_GIVEN_UP)
     """The reasons of frames counted as dropped, never carried by an error result."""
 
 

@@ -221,7 +221,9 @@ class Pipeline:
 
     def _new_chain(self, stages: list[ModelStage]) -> ChainRun:
         failures = self.config.daemon.max_consecutive_failures
-        return ChainRun(stages, self._inbox, self._results, failures)
+        return ChainRun(
+            stages, self._inbox, self._results, self.counts, self.reorder.skip, failures
+        )
 
     @property
     def _workers(self) -> list[Worker]:
@@ -232,10 +234,11 @@ class Pipeline:
         return [*egress, *(w for chain in chains for w in chain.workers)]
 
     def _abort_all(self) -> None:
-        """Make every thread return at once (ingresses, egress, every chain)."""
+        """Make every thread return at once (ingresses, egress, every chain); the frames the
+        chains hold are dropped (``shutdown``)."""
         self._abort.set()
         for chain in [self._chain, *self._retired]:
-            chain.give_up()
+            chain.give_up(Reason.SHUTDOWN)
 
     @property
     def models(self) -> list[QueueModel]:
@@ -358,7 +361,7 @@ class Pipeline:
         try:
             chain.launch(_START_TIMEOUT_S, first_batcher=False)
         except BaseException:
-            chain.give_up()
+            chain.give_up(Reason.SHUTDOWN)  # it holds no frame yet
             chain.join(_ABORT_JOIN_S)
             close_logged(chain.close, "new chain")
             raise
@@ -375,20 +378,36 @@ class Pipeline:
         self._inbox.put_marker(STOP, switch)
         self._retired.append(old)
         settings = self.config.daemon
-        if retire(old, settings.reload_timeout_s, stop, settings.drain_timeout_s):
+        given_up = retire(old, settings.reload_timeout_s, stop, settings.drain_timeout_s)
+        if given_up is None:
             self._retired.remove(old)
             flushes, batches = _batch_counts(old)
             self._carried_flushes += flushes
             self._carried_batches += batches
             self._carried_retried += _retried_counts(old)
-        elif dropped := self._inbox.discard_through(STOP):
-            _log.warning("reload_dropped_frames", frames=dropped, reason="old chain given up")
+        elif dropped := self._inbox.discard_through(STOP, given_up):
+            _log.warning("reload_dropped_frames", frames=dropped, reason=given_up)
+        self._forget_retired_models()
         try:
             chain.launch_first_batcher(_START_TIMEOUT_S)
         except StreamerError as exc:  # its failure() now stops the daemon
             _log.error("reload_failed", error=str(exc))
             return False
         return True
+
+    def _forget_retired_models(self) -> None:
+        """Drop the per-model series and carried counts of the models no longer in the chain
+        (a reload that renames its models each time must not grow ``/metrics``); those of
+        the models still in it go on counting."""
+        names = {stage.name for stage in self._chain.stages}
+        self.metrics.models_in_service(names)
+        # New counters rather than deletions: sample() may be copying the old ones.
+        self._carried_batches = Counter(
+            {key: n for key, n in self._carried_batches.items() if key[0] in names}
+        )
+        self._carried_retried = Counter(
+            {model: n for model, n in self._carried_retried.items() if model in names}
+        )
 
     def housekeeping(self) -> None:
         """Periodic upkeep from the control loop: forget sources idle past ``source_idle_s``."""
@@ -420,6 +439,8 @@ class Pipeline:
             flushes.update(chain_flushes)  # not +=, which drops the reasons still at 0
             batches.update(chain_batches)
             retried.update(_retried_counts(chain))  # every model, 0 included
+        names = {stage.name for stage in self._chain.stages}  # not a given-up chain's
+        retried = Counter({model: n for model, n in retried.items() if model in names})
         replicas = [
             (r.model.info.name, r.device, r.index, batches[_replica_key(r)], r.failed is None)
             for rs in self._chain.replicas

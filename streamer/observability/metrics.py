@@ -41,12 +41,16 @@ each result leaves. The split follows Triton's queue / compute / request duratio
 
 plus the library's ``process_*`` (memory, CPU, file descriptors) and ``python_info``. Labels
 are bounded: model names come from the config, reasons from :class:`~streamer.errors.Reason`,
-queue names from the pipeline; there are no per-source labels.
+queue names from the pipeline; there are no per-source labels. The series of a model a
+reload took out of the chain are removed (:meth:`PipelineMetrics.models_in_service`), so
+renaming models at each reload does not grow ``/metrics``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import (
@@ -262,6 +266,19 @@ class PipelineMetrics:
             "Unix time of the start or of the last successful reload.",
             registry=self.registry,
         )
+        self._per_model = [
+            self._batch_size,
+            self._rows,
+            self._padding,
+            self._batch_wait_s,
+            self._queue_s,
+            self._inference_s,
+            self._end_to_end_s,
+        ]
+        # The models whose series are kept (None: any), and the names that have series.
+        self._models_lock = threading.Lock()
+        self._in_service: frozenset[str] | None = None
+        self._observed: set[str] = set()
 
     def _latency(self, name: str, doc: str) -> Histogram:
         return Histogram(
@@ -281,17 +298,49 @@ class PipelineMetrics:
         """
         self.registry.register(_PipelineCollector(read))
 
+    def models_in_service(self, names: Collection[str]) -> None:
+        """The models of the chain in service, once a reload retired the one before: the
+        per-model series (``{model}`` labels) of every other model are removed, and its
+        observations from now on ignored (the last results of a retired model still on
+        their way to egress); those of ``names`` go on counting. Until the first call every
+        model's series are kept. Any thread.
+
+        Args:
+            names: the ``[[models]]`` names of the chain in service.
+        """
+        with self._models_lock:
+            self._in_service = frozenset(names)
+            for model in self._observed - self._in_service:
+                for metric in self._per_model:
+                    with contextlib.suppress(KeyError):  # no series of it (older clients raise)
+                        metric.remove(model)
+            self._observed &= self._in_service
+
+    def _tracked(self, model: str) -> bool:
+        """Under ``_models_lock``: whether ``model``'s series are kept (its labels are then
+        recorded as observed)."""
+        if self._in_service is not None and model not in self._in_service:
+            return False
+        self._observed.add(model)
+        return True
+
     def observe_batch(self, batch: Batch) -> None:
         """Batch size, and queue wait and inference time of each executed frame.
 
         Args:
             batch: a batch back from its model, ``infer_*_ns`` set on the frames it executed
-                (``batch.good``); a batch that executed nothing is ignored.
+                (``batch.good``); a batch that executed nothing, or of a model out of
+                service, is ignored.
         """
         executed = [f for f in batch.good if f.infer_start_ns]
         if not executed:
             return
         model = executed[0].model
+        with self._models_lock:
+            if self._tracked(model):
+                self._observe_executed(model, batch, executed)
+
+    def _observe_executed(self, model: str, batch: Batch, executed: list[Frame]) -> None:
         self._batch_size.labels(model).observe(len(executed))
         self._rows.labels(model).inc(max(batch.rows, len(executed)))
         self._padding.labels(model).inc(max(batch.rows - len(executed), 0))
@@ -323,11 +372,16 @@ class PipelineMetrics:
         self._egress_dropped.labels(egress).inc()
 
     def observe_sent(self, frame: Frame, done_ns: int) -> None:
-        """End-to-end time of a frame whose result was sent; frames no model ran are ignored.
+        """End-to-end time of a frame whose result was sent; frames no model ran, or whose
+        model is out of service, are ignored.
 
         Args:
             frame: the frame, ``received_at_ns`` set.
             done_ns: ``time.monotonic_ns()`` when its result was encoded and sent.
         """
-        if frame.model:
-            self._end_to_end_s.labels(frame.model).observe((done_ns - frame.received_at_ns) / 1e9)
+        if not frame.model:
+            return
+        with self._models_lock:
+            if self._tracked(frame.model):
+                elapsed_s = (done_ns - frame.received_at_ns) / 1e9
+                self._end_to_end_s.labels(frame.model).observe(elapsed_s)

@@ -154,9 +154,9 @@ class AdmissionQueue(Mailbox):
                 self._prepared.notify_all()
             self._push(item)
 
-    def discard_through(self, marker: Any) -> int:
-        """Remove ``marker`` and drop (``shutdown``) the frames queued before it; other
-        markers before it stay, in order. Nothing happens if ``marker`` is not queued.
+    def discard_through(self, marker: Any, reason: str) -> int:
+        """Remove ``marker`` and drop the frames queued before it, counted with ``reason``;
+        other markers before it stay, in order. Nothing happens if ``marker`` is not queued.
 
         For a reload whose old chain was given up before its batcher took its STOP: the
         frames before that STOP were prepared for the old chain and cannot run on the new
@@ -173,7 +173,7 @@ class AdmissionQueue(Mailbox):
             while (item := self._items.popleft()) is not marker:
                 if isinstance(item, Frame):
                     self._forget(item)
-                    self._drop(item, Reason.SHUTDOWN)
+                    self._drop(item, reason)
                     dropped += 1
                 else:
                     kept.append(item)

@@ -8,7 +8,8 @@ replaces the whole chain with a new one (:mod:`streamer.scheduling.swap`): the t
 separate sets of threads that share only the admission queue and egress.
 
 Each chain has its own ``abort`` event, so a retired chain stuck on its models can be given
-up without stopping the one in service.
+up without stopping the one in service; the frames it holds then are counted as dropped at
+once (:class:`~streamer.scheduling.held_frames.HeldFrames`), so that their sources go on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from streamer.errors import BackendError
-from streamer.frames import STOP, Frame
+from streamer.frames import STOP, Frame, OutcomeCounts
 from streamer.lifecycle import Worker
 from streamer.release import close_all
 from streamer.runtime.base import QueueModel, Tensor
@@ -27,6 +28,7 @@ from streamer.scheduling.batcher import Batcher
 from streamer.scheduling.chain import ChainRouter, ChainStage
 from streamer.scheduling.dequeuer import Dequeuer
 from streamer.scheduling.enqueuer import Enqueuer
+from streamer.scheduling.held_frames import HeldFrames
 from streamer.scheduling.mailbox import Mailbox
 from streamer.scheduling.policy import BatchPolicy
 from streamer.scheduling.replica import Dispatcher, Replica, every_replica_failed
@@ -66,6 +68,8 @@ class ChainRun:
         stages: the loaded stages, in chain order.
         admission: the queue stage 0's batcher reads.
         results: egress's queue.
+        counts: outcome counters: a give-up counts the frames the chain holds as dropped.
+        on_drop: told about each frame a give-up drops (egress's reorder buffer's ``skip``).
         max_consecutive_failures: see :class:`~streamer.scheduling.dequeuer.Dequeuer`.
 
     Attributes:
@@ -80,18 +84,21 @@ class ChainRun:
         stages: Sequence[LoadedStage],
         admission: Any,
         results: Any,
+        counts: OutcomeCounts,
+        on_drop: Callable[[Frame], None],
         max_consecutive_failures: int,
     ) -> None:
         self.stages = list(stages)
         self.abort = threading.Event()
         self.keep_images = any(s.items is not None for s in self.stages[1:])
+        self._held = HeldFrames(admission, results, counts, on_drop)
         self._inboxes = [admission, *(Mailbox() for _ in self.stages[1:])]
         router = ChainRouter(
             [
                 ChainStage(s.name, s.items, inbox, s.tensor_fed)
                 for s, inbox in zip(self.stages, self._inboxes, strict=True)
             ],
-            results,
+            self._held,  # what leaves the chain is no longer held by it
             self.keep_images,
         )
         self.replicas: list[list[Replica]] = []
@@ -151,14 +158,23 @@ class ChainRun:
                 return False
         return True
 
-    def give_up(self) -> None:
+    def give_up(self, reason: str) -> int:
         """Make every thread of the chain return at once: set :attr:`abort`, and interrupt
         every replica's model so an enqueue thread blocked on a full model returns too
-        (nothing dequeues any more)."""
+        (nothing dequeues any more). Every frame the chain holds (taken from admission, not
+        yet handed to egress) is counted as dropped with ``reason`` and reported to
+        ``on_drop`` now; what its threads still hand to egress later is discarded.
+        Idempotent: only the first call drops frames.
+
+        Returns:
+            The number of frames dropped.
+        """
         self.abort.set()
+        dropped = self._held.give_up(reason)
         for replicas in self.replicas:
             for replica in replicas:
                 replica.model.interrupt()
+        return dropped
 
     def join(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` seconds in all for the started threads (after abort)."""
@@ -196,7 +212,8 @@ class ChainRun:
         outbox: Any = router.exit(index)  # routes what the stage's threads put
         abort = self.abort
         dispatcher = Dispatcher(replicas, abort)
-        batcher = Batcher(stage.name, dispatcher, stage.policy, self._inboxes[index], outbox, abort)
+        inbox = self._held if index == 0 else self._inboxes[index]  # stage 0 takes frames in
+        batcher = Batcher(stage.name, dispatcher, stage.policy, inbox, outbox, abort)
         self._batchers.append(batcher)
         return [
             *(Dequeuer(r, outbox, stage.postprocess_batch, abort, failures) for r in replicas),

@@ -11,9 +11,12 @@ stages or replicas), and the in-band marker is :data:`~streamer.frames.STOP` its
    stage, every frame after it for the new one's;
 3. the old chain drains stage by stage as at shutdown, its results going to the shared
    egress, and its models are closed (:func:`retire`); one that does not drain in time
-   (``reload_timeout_s``, or ``drain_timeout_s`` after a stop request) is given up, and the frames
-   still queued before its marker are dropped (``shutdown``) with the marker
-   (``AdmissionQueue.discard_through``): they were prepared for it;
+   (``reload_timeout_s``, or ``drain_timeout_s`` after a stop request) is given up: the
+   frames it holds are dropped (``reload_given_up``, or ``shutdown`` after a stop request)
+   at that moment and reported to egress's reorder buffer, so their sources go on at once,
+   and so are the frames still queued before its marker, with the marker
+   (``AdmissionQueue.discard_through``): they were prepared for it. Its models stay loaded
+   until the daemon stops (a thread of it may still be inside one);
 4. only then does the new first batcher start and take the frames after the marker.
 
 Frames before the marker thus finish on the old chain and frames after it run on the new one,
@@ -30,6 +33,7 @@ from typing import Protocol
 
 import structlog
 
+from streamer.errors import Reason
 from streamer.release import close_logged
 from streamer.scheduling.chain_run import ChainRun
 
@@ -48,28 +52,31 @@ class StopRequest(Protocol):
 
 def retire(
     old: ChainRun, timeout_s: float, stop: StopRequest | None = None, grace_s: float = 0.0
-) -> bool:
+) -> str | None:
     """Step 4: drain the old chain within ``timeout_s`` seconds and close its models; once
     ``stop`` is set (the daemon was asked to stop meanwhile), within ``grace_s`` seconds of
     then at most (the daemon's ``drain_timeout_s``).
 
     Returns:
-        True when it drained and its models were closed (a model that failed to release is
-        logged, ``release_failed``: the new chain serves on); False when it did not drain in
-        time (it is given up; its models are left for the pipeline to close after its
-        threads ended).
+        None when it drained and its models were closed (a model that failed to release is
+        logged, ``release_failed``: the new chain serves on). When it did not drain in time,
+        the reason the frames it held were dropped with: ``reload_given_up``, or
+        ``shutdown`` when a stop cut the drain short; it is given up
+        (:meth:`ChainRun.give_up`) and its models are left for the pipeline to close after
+        its threads ended.
     """
     deadline = _Deadline(time.monotonic() + timeout_s, stop, grace_s)
     if old.drain(deadline.current):
         close_logged(old.close, "retired chain")
-        return True
+        return None
     stages = [s.name for s in old.stages]
     if deadline.stopped_at is None:
-        _log.error("reload_swap_stuck", stages=stages, timeout_s=timeout_s)
-    else:
-        _log.warning("reload_drain_cut_short", stages=stages, drain_timeout_s=grace_s)
-    old.give_up()
-    return False
+        dropped = old.give_up(Reason.RELOAD_GIVEN_UP)
+        _log.error("reload_swap_stuck", stages=stages, timeout_s=timeout_s, frames=dropped)
+        return Reason.RELOAD_GIVEN_UP
+    dropped = old.give_up(Reason.SHUTDOWN)
+    _log.warning("reload_drain_cut_short", stages=stages, drain_timeout_s=grace_s, frames=dropped)
+    return Reason.SHUTDOWN
 
 
 class _Deadline:

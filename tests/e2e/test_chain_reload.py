@@ -4,6 +4,7 @@ chain that fails to load leaves the running one serving."""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,10 @@ import cv2
 import numpy as np
 import zmq
 
-from streamer.transport.protocol import encode_frame
+from streamer.transport.protocol import encode_eos, encode_frame
 
-from .conftest import Client, Daemon, shipped, shipped_text, wedge_model
+from .conftest import Client, Daemon, backend_settings, shipped, shipped_text, wedge_model
+from .test_operations import by_reason, scrape
 
 
 def ports_of(daemon: Daemon) -> tuple[int, int, int]:
@@ -186,3 +188,95 @@ def test_after_a_stuck_reload_the_new_chain_serves_every_later_frame(
     final = daemon.wait_event("stopped", 40)
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]
     daemon.stop(timeout_s=30)  # onnxruntime ends the process abnormally under a wedged run
+
+
+def receive_until(client: Client, sources: tuple[str, ...], eos: bool) -> list[Any]:
+    """The results of ``sources``, ``eos`` results included, until the first one came
+    (``eos`` False) or each source's ``eos`` came (True); at most 30 s."""
+    results: list[dict[str, Any]] = []
+    ended: set[str] = set()
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline and (ended != set(sources) if eos else not results):
+        result = client.subscriber.receive(0.5)
+        if result is not None and result["source"] in sources:
+            results.append(result)
+            if result.get("eos"):
+                ended.add(result["source"])
+    return results
+
+
+def test_a_given_up_chain_s_frames_are_dropped_at_once_and_their_sources_go_on(
+    start_daemon: Any, connect: Any, tmp_path: Path, assets: dict[str, Path], astronaut: np.ndarray
+) -> None:
+    """A reload whose old chain is slower than ``reload_timeout_s`` (the simulated device
+    takes 1 s a batch): the frames that chain holds are counted as dropped
+    (``reload_given_up``) when it is given up and reported to the reorder buffer, so the
+    later frames of their sources are published in order at once, not after the reorder
+    timeout (60 s here), and the counts balance while the daemon runs."""
+    settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
+    daemon = start_daemon(
+        **settings,
+        daemon_extra="reload_timeout_s = 0.3\nreorder_timeout_s = 60.0",
+        runtime_extra="[runtime.options.sim]\nexecute_delay_ms = 1000",
+    )
+    client: Client = connect(daemon)
+    jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
+    sources = ("a", "b")
+    for seq in range(16):  # 8 batches of 4, 8 s: far more than the old chain may drain
+        for source in sources:
+            client.send_parts(encode_frame(source, seq, jpeg, encoding="jpeg"))
+    results = receive_until(client, sources, eos=False)  # the chain now runs a and b
+    text = daemon.config_path.read_text()
+    daemon.config_path.write_text(text.replace("max_size = 4", "max_size = 2"))
+    daemon.process.send_signal(signal.SIGHUP)
+    stuck = daemon.wait_event("reload_swap_stuck", 60)
+    daemon.wait_event("reloaded", 30)
+    for seq in (16, 17):
+        for source in sources:
+            client.send_parts(encode_frame(source, seq, jpeg, encoding="jpeg"))
+    for source in sources:
+        client.send_parts(encode_eos(source, 17))
+    results += receive_until(client, sources, eos=True)
+    values = scrape(daemon)  # each eos result came after every frame of its source counted
+    for source in sources:
+        mine = [r for r in results if r["source"] == source]
+        assert mine and mine[-1].get("eos"), mine
+        seqs = [r["seq"] for r in mine[:-1]]
+        assert seqs == sorted(set(seqs)) and seqs[-2:] == [16, 17]
+        assert all(r["error"] is None for r in mine[:-1])
+    assert values[("streamer_frames_in_flight", ())] == 0
+    dropped = by_reason(values, "streamer_frames_dropped_total")
+    queued = sum(e["frames"] for e in daemon.logs if e.get("event") == "reload_dropped_frames")
+    assert stuck["frames"] > 0 and dropped["reload_given_up"] == stuck["frames"] + queued
+    assert dropped["shutdown"] == 0
+    assert values[("streamer_reorder_gave_up_frames_total", ())] == 0
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["received"] == final["published"] + final["failed"] + final["dropped"]
+    assert final["dropped_by_reason"]["reload_given_up"] == dropped["reload_given_up"]
+
+
+def test_reloads_that_rename_the_model_leave_only_its_current_name_in_metrics(
+    start_daemon: Any, connect: Any, astronaut: np.ndarray
+) -> None:
+    """Each reload renames the model: the series of the names it no longer has leave
+    /metrics (histograms, per-model counters, replicas, retried batches)."""
+    daemon: Daemon = start_daemon()
+    client: Client = connect(daemon)  # its probe frames ran on "face"
+    assert models_in_metrics(daemon) == {"face"}
+    jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
+    text = daemon.config_path.read_text()
+    for turn, name in enumerate(("face_b", "face_c")):
+        daemon.config_path.write_text(text.replace('name = "face"', f'name = "{name}"'))
+        daemon.process.send_signal(signal.SIGHUP)
+        daemon.wait_event("reloaded", 60)
+        for seq in range(4):
+            client.send_parts(encode_frame("cam", turn * 4 + seq, jpeg, encoding="jpeg"))
+        assert [r["model"] for r in client.collect(4)] == [name] * 4
+    assert models_in_metrics(daemon) == {"face_c"}
+    assert daemon.stop() == 0
+
+
+def models_in_metrics(daemon: Daemon) -> set[str]:
+    """Every ``model`` label value in /metrics."""
+    return {dict(labels)["model"] for _, labels in scrape(daemon) if "model" in dict(labels)}

@@ -97,7 +97,14 @@ def test_every_reason_is_exported_from_zero_under_the_counter_that_can_carry_it(
     reasons = {v for k, v in vars(Reason).items() if k.isupper() and isinstance(v, str)}
     assert (set(failed) - {"new_failure"}) | set(dropped) == reasons
     assert not set(failed) & set(dropped)
-    assert set(dropped) == {"shutdown", "egress_blocked", "queue_full", "superseded", "stale_seq"}
+    assert set(dropped) == {
+        "shutdown",
+        "egress_blocked",
+        "queue_full",
+        "superseded",
+        "stale_seq",
+        "reload_given_up",
+    }
     assert failed["decode_failed"] == 2 and failed["new_failure"] == 1 and failed["too_large"] == 0
     assert dropped["shutdown"] == 1 and dropped["queue_full"] == 0
 
@@ -112,3 +119,29 @@ def test_config_gauges_keep_the_time_of_the_last_config_in_force() -> None:
     assert scrape(metrics)[successful] == 0 and scrape(metrics)[at_s] == 1_700_000_000.0
     metrics.observe_config(True, 1_700_000_120.0)
     assert scrape(metrics)[successful] == 1 and scrape(metrics)[at_s] == 1_700_000_120.0
+
+
+def models_labelled(metrics: PipelineMetrics) -> set[str]:
+    """Every ``model`` label value in a scrape."""
+    return {dict(labels)["model"] for _, labels in scrape(metrics) if "model" in dict(labels)}
+
+
+def test_a_model_out_of_service_loses_its_series_and_one_still_in_it_counts_on() -> None:
+    """A reload renames ``face`` to ``face_b`` and keeps ``onet``: ``face``'s series go, and a
+    result of it still on its way to egress does not bring them back; ``onet`` counts on."""
+    metrics = PipelineMetrics()
+    for model in ("face", "onet"):
+        f = frame(0, model)
+        metrics.observe_batch(Batch([f], [f], rows=2))
+        metrics.observe_sent(f, 20 * MS)
+    assert models_labelled(metrics) == {"face", "onet"}
+    metrics.models_in_service(["face_b", "onet"])
+    late, onet, renamed = frame(1, "face"), frame(1, "onet"), frame(1, "face_b")
+    for f in (late, onet, renamed):
+        metrics.observe_batch(Batch([f], [f], rows=1))
+        metrics.observe_sent(f, 20 * MS)
+    values = scrape(metrics)
+    assert models_labelled(metrics) == {"face_b", "onet"}
+    assert values[("streamer_batch_rows_total", (("model", "onet"),))] == 3
+    assert values[("streamer_end_to_end_duration_seconds_count", (("model", "onet"),))] == 2
+    assert values[("streamer_batch_size_count", (("model", "face_b"),))] == 1

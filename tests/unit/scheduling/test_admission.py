@@ -224,13 +224,13 @@ def test_a_given_up_reload_discards_its_marker_and_the_frames_before_it() -> Non
     admission.offer(frame("a", 1), "block")
     admission.put_marker("stop")
     admission.offer(frame("a", 2), "block")
-    assert admission.discard_through("stop") == 2
+    assert admission.discard_through("stop", Reason.RELOAD_GIVEN_UP) == 2
     assert [f.seq for f in dropped] == [0, 1]
-    assert counts.snapshot().dropped == {"shutdown": 2}
+    assert counts.snapshot().dropped == {"reload_given_up": 2}
     items = admission.take(8, 1)  # a take ends at the first marker
     items += admission.take(8, 1)
     assert isinstance(items[0], EndOfStream) and [f.seq for f in items[1:]] == [2]
-    assert admission.qsize() == 0 and admission.discard_through("stop") == 0
+    assert admission.qsize() == 0 and admission.discard_through("stop", Reason.SHUTDOWN) == 0
 
 
 def test_frames_that_came_in_under_block_are_never_dropped_for_other_ingresses() -> None:
