@@ -381,10 +381,7 @@ class Pipeline:
         given_up = retire(old, settings.reload_timeout_s, stop, settings.drain_timeout_s)
         if given_up is None:
             self._retired.remove(old)
-            flushes, batches = _batch_counts(old)
-            self._carried_flushes += flushes
-            self._carried_batches += batches
-            self._carried_retried += _retried_counts(old)
+            self._carry_counts(old)
         elif dropped := self._inbox.discard_through(STOP, given_up):
             _log.warning("reload_dropped_frames", frames=dropped, reason=given_up)
         self._forget_retired_models()
@@ -394,6 +391,13 @@ class Pipeline:
             _log.error("reload_failed", error=str(exc))
             return False
         return True
+
+    def _carry_counts(self, chain: ChainRun) -> None:
+        """Keep a chain's counters, which ``/metrics`` reports, once it is gone."""
+        flushes, batches = _batch_counts(chain)
+        self._carried_flushes += flushes
+        self._carried_batches += batches
+        self._carried_retried += _retried_counts(chain)
 
     def _forget_retired_models(self) -> None:
         """Drop the per-model series and carried counts of the models no longer in the chain
@@ -410,8 +414,17 @@ class Pipeline:
         )
 
     def housekeeping(self) -> None:
-        """Periodic upkeep from the control loop: forget sources idle past ``source_idle_s``."""
+        """Periodic upkeep from the control loop: forget sources idle past ``source_idle_s``,
+        and close the models of a given-up chain once its threads have ended."""
         self.sources.evict_idle()
+        ended = [c for c in self._retired if c.ended()]
+        for chain in ended:
+            self._retired.remove(chain)
+            self._carry_counts(chain)
+            close_logged(chain.close, "given-up chain")
+            _log.info("given_up_chain_closed", stages=[s.name for s in chain.stages])
+        if ended:
+            self._forget_retired_models()
 
     def stream_stats(self) -> dict[str, int]:
         """Per-source stream totals for logs and metrics (see SourceTracker, ReorderBuffer)."""

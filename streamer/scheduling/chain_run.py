@@ -183,6 +183,11 @@ class ChainRun:
             if worker.ident is not None:
                 worker.join(max(0.0, deadline - time.monotonic()))
 
+    def ended(self) -> bool:
+        """Whether every thread it started has returned (after :meth:`give_up`, those not
+        stuck inside a model call)."""
+        return not any(w.is_alive() for w in self.workers if w.ident is not None)
+
     def failure(self) -> BaseException | None:
         """The first error that ended one of its threads, or every replica of a stage out of
         rotation; None while it can go on."""

@@ -16,7 +16,8 @@ stages or replicas), and the in-band marker is :data:`~streamer.frames.STOP` its
    at that moment and reported to egress's reorder buffer, so their sources go on at once,
    and so are the frames still queued before its marker, with the marker
    (``AdmissionQueue.discard_through``): they were prepared for it. Its models stay loaded
-   until the daemon stops (a thread of it may still be inside one);
+   until its threads have ended (the pipeline's housekeeping then closes them), or the
+   daemon stops (a thread of it may be stuck inside one);
 4. only then does the new first batcher start and take the frames after the marker.
 
 Frames before the marker thus finish on the old chain and frames after it run on the new one,

@@ -250,6 +250,8 @@ def test_a_given_up_chain_s_frames_are_dropped_at_once_and_their_sources_go_on(
     assert stuck["frames"] > 0 and dropped["reload_given_up"] == stuck["frames"] + queued
     assert dropped["shutdown"] == 0
     assert values[("streamer_reorder_gave_up_frames_total", ())] == 0
+    # Its threads end with the executions they were in: its models are closed then.
+    assert daemon.wait_event("given_up_chain_closed", 60)["stages"] == ["face"]
     assert daemon.stop() == 0
     final = daemon.final_counts()
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]
