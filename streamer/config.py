@@ -169,8 +169,9 @@ class DaemonConfig(_Strict):
     )
     reorder_timeout_s: Seconds | None = Field(
         None,
-        description="longest wait for a late frame; unset = 1 s, or on ACL 1 s more than "
-        "runtime.options.result_timeout_ms (queue mode finds a lost batch only then)",
+        description="longest wait for a late frame; unset = 1 s, or on ACL 2 s more than twice "
+        "runtime.options.result_timeout_ms (a lost batch is found only then, and may run "
+        "again on another replica)",
     )
     max_consecutive_failures: PositiveCInt = Field(
         10,

@@ -42,7 +42,7 @@ from streamer.scheduling.admission import AdmissionQueue
 from streamer.scheduling.chain import make_items
 from streamer.scheduling.chain_run import ChainRun
 from streamer.scheduling.reorder import ReorderBuffer
-from streamer.scheduling.replica import Replica
+from streamer.scheduling.replica import RETRY_WAIT_S, Replica
 from streamer.scheduling.sources import SourceTracker
 from streamer.scheduling.swap import StopRequest, retire
 from streamer.transport.egress import Egress
@@ -578,14 +578,16 @@ def _replica_key(replica: Replica) -> tuple[str, int, int]:
 
 
 def reorder_timeout_s(config: Config, backend: Backend) -> float:
-    """``daemon.reorder_timeout_s``, or when unset 1 s, and 1 s more than the backend's
-    ``result_timeout_s`` where it has one: on ACL a queue-mode batch whose output never comes
-    is given up only after ``result_timeout_ms``, and its frames' error results should still
-    come in order."""
+    """``daemon.reorder_timeout_s``, or when unset 1 s, plus, where the backend has a
+    ``result_timeout_s``, twice that and :data:`RETRY_WAIT_S`: on ACL a batch whose output
+    never comes is given up only after ``result_timeout_ms``, it then runs again on another
+    replica (waiting up to ``RETRY_WAIT_S`` for room), where the same may happen, and its
+    frames' results should still come in order."""
     if config.daemon.reorder_timeout_s is not None:
         return config.daemon.reorder_timeout_s
     late_s = backend.result_timeout_s
-    return _REORDER_TIMEOUT_S + (late_s if late_s is not None else 0.0)
+    retried_s = 0.0 if late_s is None else 2 * late_s + RETRY_WAIT_S
+    return _REORDER_TIMEOUT_S + retried_s
 
 
 def _reorder_window(config: Config) -> int:

@@ -5,14 +5,15 @@ its own enqueue thread (:class:`~streamer.scheduling.enqueuer.Enqueuer`, the onl
 enqueues into that model) and dequeue thread. The batcher hands each batch to the
 :class:`Dispatcher`, which sends it to the live replica with the fewest batches in flight.
 
-A replica whose last execution failed is on a *failure streak*: it fails at once, so it
-always has the fewest batches in flight, and would otherwise draw most batches. While another
-live replica has no streak, the dispatcher sends it only a *probe* batch, at most one per
-:data:`PROBE_INTERVAL_S`; a success ends the streak. A batch that fails on a replica (its
+A replica whose last :data:`STREAK_FAILURES` executions failed is on a *failure streak*: a
+lost device fails at once, so its replica always has the fewest batches in flight, and would
+otherwise draw most batches. While another live replica has no streak, the dispatcher sends it
+only a *probe* batch, at most one per :data:`PROBE_INTERVAL_S`; a success ends the streak. One
+failure alone (a transient fault) sidelines nothing. A batch that fails on a replica (its
 execution failed, or the replica left rotation holding it) runs once more on another live
-replica without a streak, its frames failing only if none takes it or it fails there too;
-so a probe costs no frame. Batches whose inputs are device tensors (a ``tensor`` chain) live
-on one device and are not retried.
+replica, one without a streak if there is one, its frames failing only if none takes it or
+it fails there too; so a probe costs no frame. Batches whose inputs are device tensors (a
+``tensor`` chain) live on one device and are not retried.
 
 A replica whose device fails (its enqueue or dequeue raises :class:`BackendError`, or
 ``max_consecutive_failures`` executions fail in a row) is taken out of rotation with one
@@ -42,12 +43,17 @@ from streamer.scheduling.chain import stage_error
 __all__ = [
     "PROBE_INTERVAL_S",
     "RETRY_WAIT_S",
+    "STREAK_FAILURES",
     "Dispatched",
     "Dispatcher",
     "Replica",
     "every_replica_failed",
 ]
 
+STREAK_FAILURES = 2
+"""Executions failed in a row that put a replica on a failure streak (spared by the
+dispatcher): two, so that one transient failure sidelines no replica, while a lost device,
+failing every execution, draws one more batch at most."""
 PROBE_INTERVAL_S = 1.0
 """Least time (s) between two probe batches to a replica on a failure streak while another
 replica serves: a device back from a transient fault is in use again within about a second,
@@ -133,8 +139,8 @@ class Replica:
 
     @property
     def on_streak(self) -> bool:
-        """Its last execution failed."""
-        return self.failures > 0
+        """Its last :data:`STREAK_FAILURES` executions failed."""
+        return self.failures >= STREAK_FAILURES
 
     def took(self) -> None:
         with self._lock:
@@ -154,15 +160,15 @@ class Replica:
             self.failures = 0
 
     def execution_failed(self) -> int:
-        """Count one failed execution; its dequeue thread. The first of a streak makes its
-        first probe due :data:`PROBE_INTERVAL_S` later.
+        """Count one failed execution; its dequeue thread. The one that begins a streak makes
+        its first probe due :data:`PROBE_INTERVAL_S` later.
 
         Returns:
             the executions failed in a row, this one included.
         """
         with self._lock:
             self.failures += 1
-            if self.failures == 1:
+            if self.failures == STREAK_FAILURES:
                 self._probe_at_ns = time.monotonic_ns() + int(PROBE_INTERVAL_S * 1e9)
             return self.failures
 
@@ -170,7 +176,7 @@ class Replica:
         """Whether it is on a streak and its probe is due at ``now_ns`` (monotonic ns); if
         so the next one is due :data:`PROBE_INTERVAL_S` later. The batcher thread's."""
         with self._lock:
-            if self.failures == 0 or now_ns < self._probe_at_ns:
+            if self.failures < STREAK_FAILURES or now_ns < self._probe_at_ns:
                 return False
             self._probe_at_ns = now_ns + int(PROBE_INTERVAL_S * 1e9)
             return True
@@ -302,13 +308,15 @@ class Dispatcher:
             self._settled.notify_all()
 
     def _retry_target(self, source: Replica) -> Replica | None:
-        """The live replica without a streak, other than ``source``, with the fewest batches
-        in flight, on another device than ``source`` if one is (its other replicas share
-        a fault of the device, and fail at once until their own streak begins)."""
-        others = [
-            r for r in self.replicas if r is not source and r.failed is None and not r.on_streak
-        ]
-        return min(others, key=lambda r: (r.device == source.device, r.in_flight), default=None)
+        """The live replica other than ``source`` to retry on: one without a streak first,
+        then one on another device than ``source`` (its other replicas share a fault of the
+        device), then the fewest batches in flight."""
+        others = [r for r in self.replicas if r is not source and r.failed is None]
+        return min(
+            others,
+            key=lambda r: (r.on_streak, r.device == source.device, r.in_flight),
+            default=None,
+        )
 
     def _offer(self, target: Replica, dispatched: Dispatched) -> bool:
         """Put ``dispatched`` in ``target``'s submit queue within :data:`RETRY_WAIT_S`."""

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from streamer.config import RuntimeConfig
+from streamer.errors import FrameError, Reason
 from streamer.frames import Batch
 from streamer.runtime import ModelSpec, open_backend
 from streamer.scheduling import replica as replica_module
-from streamer.scheduling.replica import Dispatcher, Replica
+from streamer.scheduling.replica import STREAK_FAILURES, Dispatched, Dispatcher, Replica
 
 
 @pytest.fixture
@@ -47,6 +48,8 @@ def test_a_replica_on_a_failure_streak_is_spared_until_a_success_ends_it(
     dispatcher = Dispatcher(replicas, threading.Event())
     assert sorted(chosen(dispatcher, 4)) == [0, 0, 1, 1]  # in turn
     assert replicas[1].execution_failed() == 1
+    assert sorted(chosen(dispatcher, 4)) == [0, 0, 1, 1]  # one failure sidelines nothing
+    assert replicas[1].execution_failed() == STREAK_FAILURES
     assert chosen(dispatcher, 4) == [0, 0, 0, 0]  # no probe due within the hour
     replicas[1].execution_succeeded()
     assert sorted(chosen(dispatcher, 4)) == [0, 0, 1, 1]
@@ -56,7 +59,8 @@ def test_a_replica_on_a_failure_streak_gets_one_probe_per_interval(
     replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(replica_module, "PROBE_INTERVAL_S", 0.0)
-    replicas[1].execution_failed()  # its first probe is due at once
+    for _ in range(STREAK_FAILURES):
+        replicas[1].execution_failed()  # its first probe is due at once
     monkeypatch.setattr(replica_module, "PROBE_INTERVAL_S", 3600.0)
     dispatcher = Dispatcher(replicas, threading.Event())
     assert chosen(dispatcher, 4) == [1, 0, 0, 0]  # the probe; the next is an hour away
@@ -69,6 +73,19 @@ def test_replicas_all_on_a_failure_streak_still_take_every_batch(
     it has until ``max_consecutive_failures`` takes them out."""
     monkeypatch.setattr(replica_module, "PROBE_INTERVAL_S", 3600.0)
     for replica in replicas:
-        replica.execution_failed()
+        for _ in range(STREAK_FAILURES):
+            replica.execution_failed()
     dispatcher = Dispatcher(replicas, threading.Event())
     assert sorted(chosen(dispatcher, 4)) == [0, 0, 1, 1]
+
+
+def test_a_batch_is_retried_on_a_replica_that_failed_once(replicas: list[Replica]) -> None:
+    """Sporadic failures leave most replicas with one failure behind them: a retry still
+    finds them (it was refused whenever every other replica had a failure of its own)."""
+    dispatcher = Dispatcher(replicas, threading.Event())
+    replicas[0].execution_failed()
+    batch = Dispatched(Batch([]), [np.zeros((1, 3, 128, 128), np.float32)])
+    error = FrameError(Reason.INFERENCE_FAILED, "ACL_ERROR_GE_FAILURE")
+    replicas[1].took()
+    assert dispatcher.retry(batch, replicas[1], error)
+    assert replicas[0].submit.get_nowait().retried and replicas[0].in_flight == 1
