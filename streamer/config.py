@@ -727,16 +727,26 @@ def _refuse_dates(value: Any, file: Path, key: str = "") -> None:
         _refuse_dates(child, file, f"{key}.{name}" if key else str(name))
 
 
+MAX_CONFIG_BYTES = 16 << 20
+"""Largest config file read (bytes): a bigger one is a mistake (a 300 MB file took 900 MB
+of memory to parse)."""
+
+
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate a TOML config file.
 
     Raises:
-        ConfigError: the file is missing, is not TOML, or does not validate; the message
-            names the file and every key at fault.
+        ConfigError: the file is missing, larger than :data:`MAX_CONFIG_BYTES`, is not TOML
+            (or not UTF-8), or does not validate; the message names the file and every key at
+            fault.
     """
     file = Path(path)
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        with file.open("rb") as stream:
+            raw = stream.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{file}: more than {MAX_CONFIG_BYTES >> 20} MiB: not a config")
+        data = tomllib.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read config: {exc.strerror or exc}") from exc
     except (tomllib.TOMLDecodeError, ValueError, RecursionError) as exc:

@@ -51,7 +51,7 @@ from streamer.observability.progress import ProgressMonitor, status_line
 from streamer.observability.systemd import Notifier
 from streamer.pipeline import Pipeline
 from streamer.release import close_logged
-from streamer.signals import SignalFlag, release_daemon_signals
+from streamer.signals import DAEMON_SIGNALS, SignalFlag, release_daemon_signals
 
 __all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_USAGE", "exit_daemon", "run_daemon"]
 
@@ -59,6 +59,9 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 _TICK_S = 0.2
+MAX_BLOCKED_READS = 3
+"""Reads of the config file given up on and still blocked (threads stuck in the kernel) at
+most: beyond, a SIGHUP is rejected at once instead of leaving one more thread stuck."""
 _HTTP_START_TIMEOUT_S = 5.0
 _log = structlog.get_logger(__name__)
 
@@ -112,6 +115,8 @@ def exit_daemon(code: int) -> NoReturn:
     then, with the final log line written and everything else released, the process ends at
     once (``os._exit``) with exit code 1, logged as ``exit_forced``.
     """
+    for signum in DAEMON_SIGNALS:  # the handlers go as the interpreter ends: a late SIGHUP
+        signal.signal(signum, signal.SIG_IGN)  # would end it with "Hangup" instead of ``code``
     main = threading.main_thread()
     stuck = [
         f"{t.name}/{t.native_id}" for t in threading.enumerate() if t is not main and not t.daemon
@@ -223,7 +228,7 @@ class _Control:
         self._next_ping_s = 0.0
         self._next_status_s = time.monotonic() + daemon.status_interval_s
         self._read: ConfigRead | None = None
-        self._blocked_read: ConfigRead | None = None  # a read given up on
+        self._blocked_reads: list[ConfigRead] = []  # reads given up on, perhaps not ended
 
     def serve(self) -> int:
         """Start the pipeline, run the control loop, drain; returns the exit code."""
@@ -288,10 +293,13 @@ class _Control:
                 return
             self._requests.reload.clear()
             self._notifier.reloading()
-            if self._blocked_read is not None and not self._blocked_read.wait(0):
-                self._reject(f"{self._config_path}: the last read of it has not ended yet")
+            self._blocked_reads = [r for r in self._blocked_reads if not r.wait(0)]
+            if len(self._blocked_reads) >= MAX_BLOCKED_READS:
+                self._reject(
+                    f"{self._config_path}: its last {MAX_BLOCKED_READS} reads are still blocked "
+                    "(a hung mount?); a reload reads it once one ends, or restart the daemon"
+                )
                 return
-            self._blocked_read = None
             self._read, wait_s = ConfigRead(self._config_path), self._tick_s
         if self._read.wait(wait_s):
             result, self._read = self._read.result(), None
@@ -303,8 +311,11 @@ class _Control:
             self._end_reload(in_force)
         elif now_s - self._read.started_s >= self._pipeline.config.daemon.reload_timeout_s:
             timeout_s = self._pipeline.config.daemon.reload_timeout_s
-            self._blocked_read, self._read = self._read, None
-            self._reject(f"{self._config_path}: not read in {timeout_s:g} s (a hung mount?)")
+            self._blocked_reads.append(self._read)
+            self._read = None
+            self._reject(
+                f"{self._config_path}: not read and validated in {timeout_s:g} s (a hung mount?)"
+            )
 
     def _reject(self, error: str) -> None:
         _log.error("reload_rejected", error=error)
@@ -321,6 +332,10 @@ class _Control:
         timeout_s = self._pipeline.config.daemon.drain_timeout_s
         _log.info("draining", drain_timeout_s=timeout_s)
         drained = self._pipeline.stop(timeout_s)
+        if not failed and (failure := self._pipeline.failure()) is not None:
+            # Every replica of a stage failed while the daemon stopped: still a failure.
+            _log.error("pipeline_failed", error=f"{type(failure).__name__}: {failure}")
+            failed = True
         # Models and devices are released before the last line; a failed release exits 1.
         released = close_logged(self._pipeline.close, "pipeline")
         self._requests.log_received()  # signals that came during the drain

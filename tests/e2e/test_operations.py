@@ -339,12 +339,13 @@ def test_a_config_read_that_blocks_holds_up_neither_the_watchdog_nor_the_frames(
     start_daemon: Any, connect: Any, notify: NotifySocket, astronaut: np.ndarray
 ) -> None:
     """The reload gives the read up after ``reload_timeout_s`` and keeps the running config;
-    meanwhile the watchdog is pinged and frames are served; a SIGHUP while that read is still
-    blocked is rejected at once."""
+    meanwhile the watchdog is pinged and frames are served. The next SIGHUP reads the file
+    again, while the first read is still blocked (on the FIFO, now deleted)."""
     daemon: Daemon = start_daemon(
         env=notify.env(watchdog_usec=2_000_000), daemon_extra="reload_timeout_s = 2.0"
     )
     notify.wait("READY=1")
+    text = daemon.config_path.read_text()
     block_config_reads(daemon)
     daemon.process.send_signal(signal.SIGHUP)
     notify.wait("RELOADING=1")
@@ -355,15 +356,41 @@ def test_a_config_read_that_blocks_holds_up_neither_the_watchdog_nor_the_frames(
     assert client.collect(1)[0]["error"] is None
     notify.wait("READY=1")
     first = daemon.wait_event("reload_rejected", 30)
-    assert "not read in 2 s" in first["error"]
+    assert "not read and validated in 2 s" in first["error"]
     assert reload_gauges(daemon)[0] == 0
 
-    daemon.process.send_signal(signal.SIGHUP)
-    notify.wait("READY=1")
-    assert "has not ended yet" in daemon.wait_event("reload_rejected", 30)["error"]
+    daemon.config_path.unlink()
+    assert reload_with(daemon, notify, text.replace("max_delay_ms = 5.0", "max_delay_ms = 6.0"))[0]
     assert daemon.stop() == 0
     final = daemon.final_counts()
     assert final["published"] == final["received"] > 0
+
+
+def test_reads_that_stay_blocked_are_bounded_and_a_reload_reads_again_once_they_end(
+    start_daemon: Any, notify: NotifySocket
+) -> None:
+    """Each read given up on leaves a thread blocked in the kernel: after three, a SIGHUP is
+    rejected at once rather than leave one more; once they end (a writer opens the FIFO and
+    closes it), the next SIGHUP reads the file."""
+    daemon: Daemon = start_daemon(
+        env=notify.env(watchdog_usec=60_000_000), daemon_extra="reload_timeout_s = 0.5"
+    )
+    notify.wait("READY=1")
+    text = daemon.config_path.read_text()
+    block_config_reads(daemon)
+    for _ in range(3):
+        daemon.process.send_signal(signal.SIGHUP)
+        notify.wait("READY=1")
+        assert "not read and validated" in daemon.wait_event("reload_rejected", 30)["error"]
+    daemon.process.send_signal(signal.SIGHUP)
+    notify.wait("READY=1")
+    assert "its last 3 reads are still blocked" in daemon.wait_event("reload_rejected")["error"]
+    os.close(os.open(daemon.config_path, os.O_WRONLY | os.O_NONBLOCK))  # their reads end: EOF
+    daemon.config_path.unlink()
+    changed = text.replace("max_delay_ms = 5.0", "max_delay_ms = 6.0")
+    # The released reads end within moments; a SIGHUP that comes before is rejected.
+    assert any(reload_with(daemon, notify, changed)[0] for _ in range(5))
+    assert daemon.stop() == 0
 
 
 def test_a_stop_during_a_blocked_config_read_is_a_normal_stop(

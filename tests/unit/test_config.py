@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from streamer.cli import main
-from streamer.config import load_config
+from streamer.config import MAX_CONFIG_BYTES, load_config
 from streamer.errors import ConfigError
 from streamer.vision.registry import PREPROCESSORS
 
@@ -149,6 +149,13 @@ def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
     deep = MINIMAL.replace('5555"', '5555"\ntopics = ' + "[" * 900 + "]" * 900)
     with pytest.raises(ConfigError, match="not valid TOML|invalid configuration"):
         load_config(write(tmp_path, deep))
+    huge = write(tmp_path, MINIMAL + "#" * MAX_CONFIG_BYTES)  # a comment: valid TOML
+    with pytest.raises(ConfigError, match="more than 16 MiB: not a config"):
+        load_config(huge)
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(MINIMAL.encode() + b"# caf\xe9\n")  # Latin-1, not UTF-8
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(latin)
     no_user = MINIMAL.replace('5555"', '5555"\ncurve_secret_key_file = "~nosuchuser0/k"')
     with pytest.raises(ConfigError, match=r"ingress.curve_secret_key_file: cannot expand"):
         load_config(write(tmp_path, no_user))
