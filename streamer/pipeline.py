@@ -222,7 +222,13 @@ class Pipeline:
     def _new_chain(self, stages: list[ModelStage]) -> ChainRun:
         failures = self.config.daemon.max_consecutive_failures
         return ChainRun(
-            stages, self._inbox, self._results, self.counts, self.reorder.skip, failures
+            stages,
+            self._inbox,
+            self._results,
+            self.counts,
+            self.reorder.skip,
+            failures,
+            self._backend.device_memory,
         )
 
     @property
@@ -465,7 +471,8 @@ class Pipeline:
 
     def failure(self) -> BaseException | None:
         """Why the pipeline cannot go on, if it cannot: the first error that ended a thread,
-        or every replica of a stage out of rotation (the daemon then stops)."""
+        every replica of a stage out of rotation, or a tensor-linked run with no device left
+        that has a live replica of each of its stages (the daemon then stops)."""
         for worker in [*self._ingresses, *([self._egress] if self._egress else [])]:
             if worker.failure is not None:
                 return worker.failure

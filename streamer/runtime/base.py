@@ -286,10 +286,15 @@ class Backend(Closing, abc.ABC):
         result_timeout_s: longest a batch can go without a result before the backend
             fails it (s), or None where a failed execution is reported at once; the
             pipeline's reorder timeout waits longer by default.
+        device_memory: a model loaded with ``device_outputs`` returns
+            :class:`DeviceTensor` objects, in the memory of its device: a ``tensor`` stage
+            runs each batch on the device that made its inputs. False where outputs are host
+            arrays that a model on any device takes.
     """
 
     name: str
     result_timeout_s: float | None = None
+    device_memory: bool = False
 
     @classmethod
     @abc.abstractmethod

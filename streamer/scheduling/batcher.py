@@ -28,6 +28,7 @@ from streamer.errors import BackendError, FrameError, Reason
 from streamer.frames import STOP, Batch, Frame
 from streamer.lifecycle import Worker
 from streamer.runtime.base import Tensor, release_inputs
+from streamer.scheduling.chain import stage_error
 from streamer.scheduling.policy import BatchPolicy
 from streamer.scheduling.replica import Dispatcher
 
@@ -57,7 +58,8 @@ class Batcher(Worker):
     """Batch assembly of one stage.
 
     Args:
-        name: the stage's name (names the thread).
+        name: the stage's name (names the thread, and the errors of the frames it cannot
+            dispatch).
         dispatcher: sends each batch to a replica; :data:`STOP` is broadcast to every
             replica.
         policy: batch size, deadline and gears.
@@ -82,6 +84,7 @@ class Batcher(Worker):
         abort: threading.Event,
     ) -> None:
         super().__init__(name=f"batcher-{name}")
+        self._stage = name
         self._dispatcher = dispatcher
         self._policy = policy
         self._inbox = inbox
@@ -171,13 +174,14 @@ class Batcher(Worker):
         self._enqueue(batch, handover.inputs, handover.device)
 
     def _enqueue(self, batch: Batch, inputs: Sequence[Tensor], device: int | None = None) -> None:
-        """Dispatch; without a replica to run it the batch fails, and the thread ends when
-        every replica of the stage has failed."""
+        """Dispatch; without a replica to run it (none live, or none on the device that holds
+        a tensor stage's inputs) the batch fails with an error naming the stage, and the
+        thread ends when every replica of the stage has failed."""
         try:
             self._dispatcher.dispatch(batch, inputs, device)
         except BackendError as exc:
             release_inputs(inputs)
-            error = FrameError(Reason.INFERENCE_FAILED, str(exc))
+            error = stage_error(self._stage, FrameError(Reason.INFERENCE_FAILED, str(exc)))
             for frame in batch.good:
                 frame.fail(error)
             batch.good = []

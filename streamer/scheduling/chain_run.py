@@ -10,6 +10,9 @@ separate sets of threads that share only the admission queue and egress.
 Each chain has its own ``abort`` event, so a retired chain stuck on its models can be given
 up without stopping the one in service; the frames it holds then are counted as dropped at
 once (:class:`~streamer.scheduling.held_frames.HeldFrames`), so that their sources go on.
+
+On a backend with device memory the replicas of a tensor-linked run keep to the devices that
+still have a path through it (:mod:`streamer.scheduling.device_paths`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from streamer.runtime.base import QueueModel, Tensor
 from streamer.scheduling.batcher import Batcher
 from streamer.scheduling.chain import ChainRouter, ChainStage
 from streamer.scheduling.dequeuer import Dequeuer
+from streamer.scheduling.device_paths import DevicePaths
 from streamer.scheduling.enqueuer import Enqueuer
 from streamer.scheduling.held_frames import HeldFrames
 from streamer.scheduling.mailbox import Mailbox
@@ -71,6 +75,9 @@ class ChainRun:
         counts: outcome counters: a give-up counts the frames the chain holds as dropped.
         on_drop: told about each frame a give-up drops (egress's reorder buffer's ``skip``).
         max_consecutive_failures: see :class:`~streamer.scheduling.dequeuer.Dequeuer`.
+        device_memory: the backend keeps the tensors a stage hands on in device memory
+            (:attr:`~streamer.runtime.base.Backend.device_memory`): each batch of a
+            tensor-linked run then runs on one device.
 
     Attributes:
         stages: as given.
@@ -87,6 +94,7 @@ class ChainRun:
         counts: OutcomeCounts,
         on_drop: Callable[[Frame], None],
         max_consecutive_failures: int,
+        device_memory: bool,
     ) -> None:
         self.stages = list(stages)
         self.abort = threading.Event()
@@ -102,6 +110,9 @@ class ChainRun:
             self.keep_images,
         )
         self.replicas: list[list[Replica]] = []
+        self._paths = DevicePaths(
+            [s.name for s in self.stages], [s.tensor_fed for s in self.stages], device_memory
+        )
         self._batchers: list[Batcher] = []
         self._threads = [
             self._stage_threads(i, s, router, max_consecutive_failures)
@@ -189,8 +200,13 @@ class ChainRun:
         return not any(w.is_alive() for w in self.workers if w.ident is not None)
 
     def failure(self) -> BaseException | None:
-        """The first error that ended one of its threads, or every replica of a stage out of
-        rotation; None while it can go on."""
+        """Why it cannot go on: a tensor-linked run with no device left that has a live
+        replica of each of its stages (its stages' replicas then leave rotation, and a
+        batcher ends for want of one: this names the cause), the first error that ended one
+        of its threads, or every replica of a stage out of rotation; None while it can go
+        on."""
+        if (broken := self._paths.failure()) is not None:
+            return BackendError(broken)
         for worker in self.workers:
             if worker.failure is not None:
                 return worker.failure
@@ -212,7 +228,7 @@ class ChainRun:
         self, index: int, stage: LoadedStage, router: ChainRouter, failures: int
     ) -> list[Worker]:
         """One stage's threads: a dequeue and an enqueue thread per replica, its batcher."""
-        replicas = [Replica(i, d, m) for i, (d, m) in enumerate(stage.models)]
+        replicas = self._paths.replicas(stage.models)
         self.replicas.append(replicas)
         outbox: Any = router.exit(index)  # routes what the stage's threads put
         abort = self.abort

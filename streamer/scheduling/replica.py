@@ -19,7 +19,9 @@ A replica whose device fails (its enqueue or dequeue raises :class:`BackendError
 ``max_consecutive_failures`` executions fail in a row) is taken out of rotation with one
 logged event; the batches it holds (and any its enqueue thread is waiting to enqueue) run on
 another replica as above, or get error results, and the other replicas carry on. When no
-replica of a stage is left, the dispatcher raises and the daemon stops.
+replica of a stage is left, the dispatcher raises and the daemon stops; so it does when a
+``tensor`` chain has no device left with a replica of each of its stages
+(:mod:`~streamer.scheduling.device_paths`).
 """
 
 from __future__ import annotations

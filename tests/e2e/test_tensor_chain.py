@@ -4,6 +4,7 @@ publishes, on onnxruntime and on the ACL simulator in each execution mode."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
@@ -163,3 +164,105 @@ def test_on_two_devices_each_batch_stays_on_the_device_that_holds_its_tensors(
     }
     assert all(executed[(model, device)] > 0 for model in ("backbone", "head") for device in "01")
     assert daemon.stop() == 0
+
+
+def broken_paths(text: str) -> str:
+    """The split chain on two simulated devices where every third execution fails and two
+    failures in a row take a replica out of rotation."""
+    daemon = (
+        '[daemon]\nlog_format = "auto"\nhttp_address = "127.0.0.1:9555"\n'
+        "max_consecutive_failures = 2\n\n"
+    )
+    sim = (
+        'backend = "acl-sim"\ndevices = [0, 1]\n\n[runtime.options.sim]\n'
+        "fail_every_n_executes = 3\nexecute_delay_ms = 5\n"
+    )
+    return daemon + text.replace(ONNX_RUNTIME, sim)
+
+
+def results_until_the_end(client: Client, daemon: Daemon, sources: int) -> list[dict[str, Any]]:
+    """Every non-probe result until each source's end of stream came or the daemon exited,
+    then those still on their way."""
+    results: list[dict[str, Any]] = []
+    ended = 0
+    while ended < sources and daemon.process.poll() is None:
+        result = client.subscriber.receive(0.5)
+        if result is not None and result["source"] != "probe":
+            ended += bool(result.get("eos"))
+            results.append(result)
+    while (result := client.subscriber.receive(0.5)) is not None:
+        results.append(result)
+    return [r for r in results if r["source"] != "probe" and not r.get("eos")]
+
+
+def test_a_chain_whose_devices_lose_their_paths_keeps_to_one_or_stops_the_daemon(
+    tmp_path: Path, assets: dict[str, Path], connect: Any
+) -> None:
+    """The break test: four sources of 100 frames at 120 frames/s in all. Replicas leave
+    rotation as their executions fail. Before, head-1 and backbone-0 left, and every later
+    frame failed with ``no live replica on device 1`` (no stage named) while the daemon
+    stayed ready. Now a replica's failure takes the other stage's replica on its device
+    along, so the frames go to the device with both stages; with no such device left the
+    daemon stops (``pipeline_failed``, exit 1) and says why. Which replicas fail depends on
+    the threads' timing: both outcomes are checked."""
+    daemon = shipped(SPLIT, tmp_path, broken_paths, sim_settings("async"))
+    client: Client = connect(daemon)
+    with ThreadPoolExecutor(4) as pool:
+        for index in range(4):
+            pool.submit(
+                produce,
+                "carphone.mp4",
+                daemon.ingress,
+                source=f"camera-{index}",
+                encoding="raw",
+                fps=30,
+                limit=100,
+                close_timeout_s=2.0,
+            )  # a daemon that stopped takes no more frames: those sends fail, as they should
+        results = results_until_the_end(client, daemon, 4)
+    failed = [r["error"]["detail"] for r in results if r["error"] is not None]
+    assert all(d.startswith(("stage backbone: ", "stage head: ")) for d in failed), failed
+    kept = devices_with_a_path(daemon) if daemon.process.poll() is None else []
+    if kept:  # every source ended, and nothing fails any more
+        assert sorted((r["source"], r["seq"]) for r in results) == [
+            (f"camera-{i}", seq) for i in range(4) for seq in range(100)
+        ]
+        # The injected faults go on failing executions on the device kept; a frame fails
+        # otherwise only if it was in flight on the other device as it lost its path: at
+        # most, per stage, a replica's batches (max_in_flight 2, one being enqueued, one
+        # being dequeued) of 8 frames. Before, every frame after the break did (about 360).
+        other = [d for d in failed if "acl.mdl.execute_async failed" not in d]
+        assert len(other) <= 2 * 4 * 8, other
+        assert daemon.stop() == 0
+    else:
+        assert daemon.process.wait(30) == 1
+        daemon.close()
+        (stopped,) = [e for e in daemon.logs if e.get("event") == "pipeline_failed"]
+        assert stopped["error"].startswith(
+            "BackendError: tensor chain 'backbone' -> 'head': no device has a live replica of "
+            "every stage, and each batch runs on the device that holds its tensors (device 0 "
+            "lacks stage "
+        )
+    left = [e for e in daemon.logs if e.get("event") == "replica_failed"]
+    gone = {d: {e["replica"].rsplit("-", 1)[0] for e in left if e["device"] == d} for d in (0, 1)}
+    assert all(gone[d] == set() for d in kept), left
+    if kept:  # every batch is done: the other device's replicas have all left
+        assert all(gone[d] == {"backbone", "head"} for d in (0, 1) if d not in kept), left
+        assert not left or [e for e in left if "has no live replica on device" in e["reason"]]
+    else:  # a head may have been finishing its batches when the daemon stopped
+        assert all(gone[d] for d in (0, 1)), left
+    final = daemon.final_counts()
+    assert final["received"] == final["published"] + final["failed"] + final["dropped"]
+
+
+def devices_with_a_path(daemon: Daemon) -> list[int]:
+    """The devices with a live replica of both stages, from ``streamer_replica_up``."""
+    with urlopen(daemon.http + "/metrics", timeout=10) as response:
+        families = text_string_to_metric_families(response.read().decode())
+    up = {
+        (s.labels["model"], int(s.labels["device"]))
+        for family in families
+        for s in family.samples
+        if s.name == "streamer_replica_up" and s.value == 1
+    }
+    return [d for d in (0, 1) if {("backbone", d), ("head", d)} <= up]

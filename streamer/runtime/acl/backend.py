@@ -118,6 +118,7 @@ class AclBackend(Backend):
     """
 
     name = "acl"
+    device_memory = True
     _simulated = False
 
     @classmethod

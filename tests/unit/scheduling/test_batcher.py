@@ -23,6 +23,7 @@ from streamer.scheduling.enqueuer import Enqueuer
 from streamer.scheduling.mailbox import Mailbox
 from streamer.scheduling.policy import BatchPolicy
 from streamer.scheduling.replica import Dispatcher, Replica
+from streamer.scheduling.tensor_link import Handover
 
 
 class EchoModel(QueueModel):
@@ -276,3 +277,24 @@ def test_frames_the_replicas_cannot_take_yet_stay_in_the_inbox() -> None:
     out = stage.finish()
     assert queued >= 20 - 3 * 4  # batch 2 at most was taken besides
     assert model.sizes == [4] * 5 and [f.seq for f in frames_of(out)] == list(range(20))
+
+
+def test_a_tensor_stage_batch_with_no_live_replica_on_its_device_fails_naming_the_stage() -> None:
+    """A tensor stage runs each upstream batch on the device that holds its inputs: with the
+    replica on device 1 out of rotation, a batch handed over on device 1 fails, its error
+    naming the stage as every other stage error does, and one on device 0 runs."""
+    stage = Stage([EchoModel(), EchoModel()], BatchPolicy(8, 10**10, ()))
+    stage.replicas[1].fail("device 1 reset")
+    for device, seqs in ((1, (0, 1)), (0, (2, 3))):
+        frames = [frame(seq) for seq in seqs]
+        handover = Handover((np.stack([f.tensor for f in frames]),), device)
+        for f in frames:
+            f.handover, f.tensor = handover, None
+        stage.inbox.put(Batch(frames, list(frames), len(frames)))
+    done = sorted(frames_of(stage.finish()), key=lambda f: f.seq)
+    assert [f.error.detail if f.error else f.results["sum"] for f in done] == [
+        "stage echo: no live replica on device 1",
+        "stage echo: no live replica on device 1",
+        4.0,
+        6.0,
+    ]
