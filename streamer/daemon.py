@@ -59,6 +59,9 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 _TICK_S = 0.2
+FAILED_DRAIN_S = 1.0
+"""Longest drain (s) after the pipeline failed (a stage lost every replica, a thread died):
+what is left mostly cannot finish, and the restart should come soon."""
 MAX_BLOCKED_READS = 3
 """Reads of the config file given up on and still blocked (threads stuck in the kernel) at
 most: beyond, a SIGHUP is rejected at once instead of leaving one more thread stuck."""
@@ -330,6 +333,8 @@ class _Control:
         self._health.set_status(Status.STOPPING)
         self._notifier.stopping()
         timeout_s = self._pipeline.config.daemon.drain_timeout_s
+        if failed:  # a stage with no replica left runs nothing more: do not wait it out
+            timeout_s = min(timeout_s, FAILED_DRAIN_S)
         _log.info("draining", drain_timeout_s=timeout_s)
         drained = self._pipeline.stop(timeout_s)
         if not failed and (failure := self._pipeline.failure()) is not None:

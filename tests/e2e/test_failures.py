@@ -81,6 +81,8 @@ def test_repeated_failures_stop_the_daemon_with_an_error(
     daemon.close()
     failed = daemon.wait_event("pipeline_failed", 5)
     assert "5 executions failed in a row" in failed["error"]
+    # No replica is left to run what is queued: the drain does not wait drain_timeout_s.
+    assert daemon.wait_event("draining", 5)["drain_timeout_s"] == 1.0
     final = daemon.final_counts()
     assert final["failed_by_reason"].get("inference_failed", 0) >= 5
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]
