@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import (
     ACL_FORMAT_ND,
     ACL_UNKNOWN_RANK,
@@ -36,9 +37,9 @@ __all__ = ["MaxShapeMissing", "create_tensor_desc", "data_type", "execution_dims
 _DATA_TYPES = {dtype: data for data, dtype in DTYPES.items()}
 
 
-class MaxShapeMissing(Exception):
+class MaxShapeMissing(ConfigError):
     """An output's size is not bounded by shape inference and no maximum shape is configured
-    (``[runtime.options] op_max_shapes``)."""
+    (``[runtime.options] op_max_shapes``): a setting is missing."""
 
 
 def data_type(dtype: np.dtype[Any]) -> DataType:

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from streamer.errors import BackendError, FrameError, Reason
+from streamer.errors import BackendError, ConfigError, FrameError, Reason
 from streamer.runtime.acl.constants import RunMode
 from streamer.runtime.acl.device import DeviceContext
 from streamer.runtime.acl.device_tensor import AclDeviceTensor
@@ -150,6 +150,8 @@ class AclOperators(Operators):
         afterwards.
 
         Raises:
+            ConfigError: an operator cannot run for want of a setting (the message names the
+                device and the setting).
             BackendError: an operator cannot run on a device (the message names it).
             AclError: a context could not be made current.
         """
@@ -159,6 +161,8 @@ class AclOperators(Operators):
                 device.activate()
                 try:
                     check_operators(self)
+                except ConfigError as exc:
+                    raise ConfigError(f"device {device.device_id}: {exc}") from exc
                 except BackendError as exc:
                     raise BackendError(f"device {device.device_id}: {exc}") from exc
         finally:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from streamer.errors import BackendError, FrameError
+from streamer.errors import BackendError, ConfigError, FrameError
 
 if TYPE_CHECKING:
     from streamer.runtime.ops.base import Operators
@@ -35,6 +35,7 @@ def check_operators(operators: Operators) -> None:
     with a known answer.
 
     Raises:
+        ConfigError: an operator cannot run for want of a setting (the message names it).
         BackendError: an operator failed to run (the backend's reason), or gave a wrong
             answer.
     """
@@ -43,7 +44,8 @@ def check_operators(operators: Operators) -> None:
         values, indices = operators.top_k(_VALUES, 2)
         gathered = operators.gather_rows(_ROWS, np.array([2, 0]))
     except FrameError as error:
-        raise BackendError(f"operators on {operators.name}: {error.detail}") from error
+        kind = ConfigError if isinstance(error.__cause__, ConfigError) else BackendError
+        raise kind(f"operators on {operators.name}: {error.detail}") from error
     wrong = [
         name
         for name, right in (
