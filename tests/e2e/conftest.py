@@ -228,6 +228,17 @@ def shipped(
     return daemon
 
 
+def streamer_check(config: Path) -> subprocess.CompletedProcess[str]:
+    """``streamer check --config config`` in a subprocess: loads every model, opens no
+    socket; its exit code and text output."""
+    return subprocess.run(
+        [sys.executable, "-m", "streamer", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def shipped_config(
     name: str, folder: Path, edit: Edit = lambda text: text, layout: dict[str, Any] | None = None
 ) -> tuple[Path, int, int, int]:

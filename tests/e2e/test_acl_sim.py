@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,15 @@ import pytest
 from streamer.clients.producer import produce
 from streamer.transport.protocol import encode_frame
 
-from .conftest import BACKENDS, Client, Daemon, Edit, backend_settings, shipped_config
+from .conftest import (
+    BACKENDS,
+    Client,
+    Daemon,
+    Edit,
+    backend_settings,
+    shipped_config,
+    streamer_check,
+)
 
 
 def carphone_detections(start_daemon: Any, connect: Any, settings: dict[str, Any]) -> list[Any]:
@@ -60,12 +66,7 @@ def test_two_dynamic_kinds_fail_at_start(tmp_path: Path, assets: dict[str, Path]
     text = text.replace('asset = "blazeface_short_range"', f'path = "{model}"')
     config = tmp_path / "both.toml"
     config.write_text(text.replace("intra_op_threads = 1", ""))
-    result = subprocess.run(
-        [sys.executable, "-m", "streamer", "check", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = streamer_check(config)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "model 'face'" in result.stderr
     assert "mutually exclusive" in result.stdout + result.stderr

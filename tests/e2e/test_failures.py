@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.clients.producer import produce
 
-from .conftest import Client, Daemon, backend_settings, shipped, shipped_config, sim_settings
+from .conftest import (
+    Client,
+    Daemon,
+    backend_settings,
+    shipped,
+    shipped_config,
+    sim_settings,
+    streamer_check,
+)
 
 
 def peak_rss_mb(daemon: Daemon) -> float:
@@ -251,12 +257,7 @@ def test_check_reports_a_failed_release_in_one_line(
         return text + '\n[runtime.options.sim]\nfail_calls = {"acl.mdl.unload" = 107000}\n'
 
     config = shipped_config("default.toml", tmp_path / "check", on_sim)[0]
-    result = subprocess.run(
-        [sys.executable, "-m", "streamer", "check", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = streamer_check(config)
     assert result.returncode == 1, result.stdout + result.stderr
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: the models loaded but releasing them failed")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from streamer.runtime.acl.aipp_static import StaticAipp
 from streamer.runtime.mtcnn_keys import MTCNN_NORMALIZATION
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon
+from .conftest import Client, Daemon, streamer_check
 from .test_acl_sim import mtcnn_on
 from .test_device_preprocess import assert_same_detections
 
@@ -159,12 +158,7 @@ def test_device_side_pre_and_post_processing_match_host(
 
 def check(config: Config) -> subprocess.CompletedProcess[str]:
     """``streamer check`` on ``config``: loads every model, opens no socket."""
-    return subprocess.run(
-        [sys.executable, "-m", "streamer", "check", "--config", str(config[0])],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return streamer_check(config[0])
 
 
 def test_a_broken_aipp_rule_or_a_normalize_the_model_does_not_take_stops_the_start(
