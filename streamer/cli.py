@@ -123,7 +123,8 @@ def _released(pipeline: Pipeline) -> bool:
     default=Path("configs/default.toml"),
     show_default=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Base config: its model, plug-ins and settings are benchmarked.",
+    help="Base config: its model, plug-ins and settings are benchmarked (the default is the "
+    "source checkout's; give one when running elsewhere).",
 )
 @click.option(
     "--frames",
