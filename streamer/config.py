@@ -39,6 +39,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 __all__ = [
+    "DEFAULT_MAX_SOURCES",
     "BatchConfig",
     "Config",
     "DaemonConfig",
@@ -68,6 +69,8 @@ PositiveCInt = Annotated[int, Field(ge=1, le=INT32_MAX)]
 """A count or size that a C ``int`` holds (ZeroMQ socket options, ACL calls, buffers)."""
 Seconds = Annotated[float, Field(gt=0, le=MAX_DURATION_S)]
 """A duration setting, s: positive, at most :data:`MAX_DURATION_S`."""
+DEFAULT_MAX_SOURCES = 4096
+"""The default ``daemon.max_sources`` (see its description)."""
 _MIN_REORDER_WINDOW = 4096
 """The least default reorder window: a replica that fails holds its frames until its backend
 gives them up (``result_timeout_ms`` on ACL, 10 s by default) while the others go on; a held
@@ -161,6 +164,14 @@ class DaemonConfig(_Strict):
         60.0,
         description="forget a source silent this long, once its frames in flight have left "
         "(ten times this long: anyway)",
+    )
+    max_sources: PositiveCInt = Field(
+        default=DEFAULT_MAX_SOURCES,
+        description="sources tracked at once, each until it is forgotten (source_idle_s); a "
+        "frame of a new source beyond them fails as too_many_sources. 4096: far more cameras "
+        "than one daemon serves, or clips named one by one at 68 a second (at source_idle_s "
+        "= 60), while the ids it holds at worst (about 3 per source, 64 KiB each) stay under "
+        "1 GiB; set it to the fleet's size with a margin",
     )
     reorder_window: PositiveCInt | None = Field(
         None,

@@ -63,6 +63,8 @@ class Reason:
     PREPROCESS_FAILED = "preprocess_failed"
     INFERENCE_FAILED = "inference_failed"
     POSTPROCESS_FAILED = "postprocess_failed"
+    TOO_MANY_SOURCES = "too_many_sources"
+    """A frame of a new source while ``daemon.max_sources`` sources are tracked."""
     # Reasons for dropped frames (counted, not published).
     SHUTDOWN = "shutdown"
     EGRESS_BLOCKED = "egress_blocked"
@@ -80,6 +82,7 @@ class Reason:
         PREPROCESS_FAILED,
         INFERENCE_FAILED,
         POSTPROCESS_FAILED,
+        TOO_MANY_SOURCES,
     )
     """The reasons a :class:`FrameError` carries: error results, ``failed`` counters."""
     DROPS = (SHUTDOWN, EGRESS_BLOCKED, QUEUE_FULL, SUPERSEDED, STALE_SEQ, RELOAD_GIVEN_UP)

@@ -75,7 +75,8 @@ class Frame:
             frame's arrival index within it, from
             :class:`~streamer.scheduling.sources.SourceTracker`; egress publishes each
             (source, epoch) in ``order``. ``order`` is -1 for frames outside any stream (a
-            header too broken to name its source).
+            header too broken to name its source, a new source beyond
+            ``daemon.max_sources``).
     """
 
     source: str

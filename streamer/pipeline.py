@@ -178,7 +178,10 @@ class Pipeline:
             _reorder_window(config), reorder_timeout_s(config, backend), daemon.source_idle_s
         )
         self.sources = SourceTracker(
-            daemon.source_idle_s, self.reorder.released_through, self.reorder.close
+            daemon.source_idle_s,
+            self.reorder.released_through,
+            self.reorder.close,
+            daemon.max_sources,
         )
         self._inbox = AdmissionQueue(
             daemon.queue_size,

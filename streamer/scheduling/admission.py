@@ -3,11 +3,13 @@
 Every item an ingress receives is offered here. A frame that names its source is first
 checked against the source's stream and given its place in it
 (:class:`~streamer.scheduling.sources.SourceTracker`), failed frames included, so that egress
-publishes their error results in order too; then a good frame is prepared for the chain's
-first stage (small raw frames at once, the rest on the worker pool: the pipeline decides), and
-it is queued in arrival order. The batcher takes what is queued in bulk
-(:class:`~streamer.scheduling.mailbox.Mailbox`). What happens when
-the queue is full is the ingress's ``on_full`` policy:
+publishes their error results in order too (a frame of a new source beyond
+``daemon.max_sources`` fails there, ``too_many_sources``, with no place: it is queued as any
+failed frame, and a ``rep`` or ``router`` ingress's reply says so); then a good frame is
+prepared for the chain's first stage (small raw frames at once, the rest on the worker pool:
+the pipeline decides), and it is queued in arrival order. The batcher takes what is queued
+in bulk (:class:`~streamer.scheduling.mailbox.Mailbox`). What happens when the queue is full
+is the ingress's ``on_full`` policy:
 
 - ``block``: the ingress waits, stops reading its socket, and ZeroMQ's high-water marks push
   back on the producers; nothing is dropped.

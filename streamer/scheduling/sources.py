@@ -50,6 +50,15 @@ without a word must not pin its source forever). The reorder buffer is then told
 (``on_forget``). ``source_restarted`` and ``source_evicted`` are logged at most 10 times per
 10 s each (:class:`~streamer.log_budget.LogBudget`), the source id cut short
 (:func:`~streamer.log_budget.logged`: an id may be 64 KiB); the counters count every one.
+
+At most ``max_sources`` sources are tracked at once (``daemon.max_sources``), ended ones
+included, until they are forgotten: a peer making up a new id per frame (a producer bug, a
+hostile sender) would otherwise grow this state, and the reorder buffer's, without bound.
+Beyond them a frame of a new source fails as ``too_many_sources`` (unless it failed already:
+it keeps its reason) and takes no place in any stream, so it is published at once; an end of
+stream of a source not tracked takes none either. Sources tracked go on as before, and a new
+one is admitted once one is forgotten. ``too_many_sources`` is logged at most 10 times per
+10 s, like the other two.
 """
 
 from __future__ import annotations
@@ -63,7 +72,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from streamer.errors import Reason
+from streamer.config import DEFAULT_MAX_SOURCES
+from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
 from streamer.log_budget import LogBudget, logged
 
@@ -120,6 +130,7 @@ class SourceTracker:
         released_through: how many of a stream's first items have left the pipeline (the
             reorder buffer's count); by default all of them.
         on_forget: told each stream forgotten.
+        max_sources: sources tracked at once at most (module docstring).
     """
 
     def __init__(
@@ -127,22 +138,26 @@ class SourceTracker:
         idle_evict_s: float,
         released_through: Callable[[StreamKey], int] = lambda key: sys.maxsize,
         on_forget: Callable[[StreamKey], None] = lambda key: None,
+        max_sources: int = DEFAULT_MAX_SOURCES,
     ) -> None:
         self._idle_ns = int(idle_evict_s * 1e9)
         self._released_through = released_through
         self._on_forget = on_forget
+        self._max_sources = max_sources
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
         self._epochs = itertools.count()
         self._gaps = self._stale = self._restarts = 0
         self._restart_lines = LogBudget("source_restarted")
         self._evict_lines = LogBudget("source_evicted")
+        self._refuse_lines = LogBudget("too_many_sources")
 
     def admit(self, frame: Frame) -> bool:
         """Check ``frame.seq``, and set ``frame.epoch`` and ``frame.order`` if accepted.
 
         A frame whose header was refused gets its place but moves nothing unless its ``seq``
-        is the next one expected (see the module docstring).
+        is the next one expected; a frame of a new source while ``max_sources`` are tracked
+        is failed (``too_many_sources``) and gets no place (see the module docstring).
 
         Returns:
             False when the frame is stale (the caller drops it as ``stale_seq``).
@@ -150,6 +165,9 @@ class SourceTracker:
         with self._lock:
             stream = self._streams.get(frame.source)
             if stream is None:
+                if len(self._streams) >= self._max_sources:
+                    self._refuse(frame)
+                    return True
                 stream = self._open(frame.source, frame.received_at_ns)
             last = stream.last_seq
             if _refused(frame) and (last is None or frame.seq != last + 1):
@@ -185,9 +203,28 @@ class SourceTracker:
             self._gaps += frame.seq - last - 1
         return True
 
+    def _refuse(self, frame: Frame) -> None:
+        """Under the lock: fail ``frame``, of a new source beyond ``max_sources``, unless it
+        failed already; log it within the budget."""
+        if frame.error is None:
+            detail = (
+                f"{self._max_sources} sources are tracked (daemon.max_sources); a new one is "
+                "admitted once one has been silent for daemon.source_idle_s"
+            )
+            frame.fail(FrameError(Reason.TOO_MANY_SOURCES, detail))
+        if (suppressed := self._refuse_lines.take()) is not None:
+            _log.warning(
+                "too_many_sources",
+                source=logged(frame.source),
+                max_sources=self._max_sources,
+                suppressed=suppressed,
+            )
+
     def end(self, eos: EndOfStream) -> None:
         """Place ``eos`` after the source's last frame; the source's next frame starts the
-        ``seq`` count anew, in the same order."""
+        ``seq`` count anew, in the same order. An end of stream of a source not tracked
+        (never seen, forgotten, or refused beyond ``max_sources``) gets no place and opens
+        no stream."""
         with self._lock:
             stream = self._streams.get(eos.source)
             if stream is not None:

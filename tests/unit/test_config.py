@@ -275,3 +275,16 @@ def test_the_reorder_window_covers_what_the_chain_can_have_in_flight(tmp_path: P
     assert load_config(write(tmp_path, gears)).frames_in_flight() == 64 + (1 * 4 + 1) * 16
     small = load_config(write(tmp_path, f"[daemon]\nreorder_window = 4\n{MINIMAL}"))
     assert small.reorder_window() == 4  # as set; the pipeline warns that it is small
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("0", "daemon.max_sources: Input should be greater than or equal to 1"),
+        ("2147483648", "daemon.max_sources: Input should be less than or equal to"),
+        ('"8"', "daemon.max_sources: Input should be a valid integer"),
+    ],
+)
+def test_max_sources_is_a_positive_count(tmp_path: Path, value: str, says: str) -> None:
+    assert load_config(write(tmp_path, MINIMAL)).daemon.max_sources == 4096
+    assert says in error(tmp_path, MINIMAL + f"[daemon]\nmax_sources = {value}\n")

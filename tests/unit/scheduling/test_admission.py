@@ -253,3 +253,20 @@ def test_frames_that_came_in_under_block_are_never_dropped_for_other_ingresses()
     assert [(f.source, f.seq) for f in dropped][-1] == ("live", 2)
     assert [f.seq for f in admission.take(8, 1)] == [3, 4, 5]
     assert counts.snapshot().dropped == {"queue_full": 3}
+
+
+def test_a_frame_of_a_source_beyond_max_sources_is_queued_failed_unprepared() -> None:
+    """Its error result goes to egress like any failed frame's; nothing is dropped, and the
+    tracked source's frames go on being prepared."""
+    prepared: list[Frame] = []
+    counts = OutcomeCounts()
+    tracker = SourceTracker(60, max_sources=1)
+    admission = AdmissionQueue(8, tracker, prepared.append, counts, [].append, threading.Event())
+    for item in (frame("a", 0), frame("b", 0), EndOfStream("b", 0), frame("a", 1)):
+        admission.offer(item, "block")
+    a0, b0, eos = admission.take(8, 1)  # a take ends at a marker
+    [a1] = admission.take(8, 1)
+    assert b0.error is not None and b0.error.reason == Reason.TOO_MANY_SOURCES
+    assert (b0.order, b0.pending, eos.order) == (-1, None, -1)
+    assert prepared == [a0, a1] and (a0.order, a1.order) == (0, 1)
+    assert counts.snapshot().dropped == {}

@@ -192,3 +192,81 @@ def test_a_long_source_id_is_cut_short_in_the_log() -> None:
         assert tracker.admit(frame(source, 0, at_ns=2))  # a restart
         assert tracker.evict_idle(now_ns=5 * 10**9) == [source]
     assert [e["source"] for e in logs] == [f"{'x' * 256}… (60000 characters)"] * 2
+
+
+def test_a_new_source_beyond_max_sources_fails_and_opens_no_stream() -> None:
+    tracker = SourceTracker(idle_evict_s=60, max_sources=2)
+    a, b, c = frame("a", 0), frame("b", 0), frame("c", 0)
+    assert tracker.admit(a) and tracker.admit(b) and tracker.admit(c)
+    assert c.error is not None and c.error.reason == Reason.TOO_MANY_SOURCES
+    assert "daemon.max_sources" in c.error.detail and c.order == -1
+    assert tracker.stats().active_sources == 2
+    known = [frame("a", 1), frame("b", 1)]
+    assert all(tracker.admit(f) for f in known)
+    assert [(f.error, f.order) for f in known] == [(None, 1), (None, 1)]
+
+
+def test_a_refused_source_is_admitted_once_a_tracked_one_is_forgotten() -> None:
+    tracker = SourceTracker(idle_evict_s=1.0, max_sources=1)
+    assert tracker.admit(frame("old", 0, at_ns=1))
+    refused_first = frame("new", 0, at_ns=2)
+    assert tracker.admit(refused_first) and refused_first.order == -1
+    assert tracker.evict_idle(now_ns=2 * 10**9) == ["old"]
+    admitted = frame("new", 1, at_ns=2 * 10**9)
+    assert tracker.admit(admitted)
+    assert (admitted.error, admitted.order) == (None, 0)
+
+
+def test_a_source_ended_but_not_forgotten_still_counts_towards_max_sources() -> None:
+    """Otherwise a sender could end every id it makes up and track them without bound."""
+    tracker = SourceTracker(idle_evict_s=60, max_sources=1)
+    assert tracker.admit(frame("a", 0))
+    tracker.end(EndOfStream("a", 0))
+    late = frame("b", 0)
+    assert tracker.admit(late) and late.error is not None and late.order == -1
+
+
+def test_an_end_of_stream_of_a_source_not_tracked_opens_no_stream() -> None:
+    tracker = SourceTracker(idle_evict_s=60, max_sources=1)
+    unknown = EndOfStream("x", 3)
+    tracker.end(unknown)
+    assert unknown.order == -1
+    first = frame("a", 0)
+    assert tracker.admit(first) and first.error is None  # the end of stream took no slot
+    beyond = EndOfStream("c", 0)
+    tracker.end(beyond)
+    assert beyond.order == -1
+    assert tracker.evict_idle(now_ns=time.monotonic_ns() + 61 * 10**9) == ["a"]
+
+
+def test_a_frame_failed_already_keeps_its_reason_beyond_max_sources() -> None:
+    tracker = SourceTracker(idle_evict_s=60, max_sources=1)
+    assert tracker.admit(frame("a", 0))
+    bad = refused("b", 7)
+    assert tracker.admit(bad)
+    assert bad.error is not None and bad.error.reason == Reason.BAD_HEADER and bad.order == -1
+
+
+def test_a_stuck_source_holds_its_place_until_forgotten_anyway() -> None:
+    """A source whose items never leave is forgotten after ten idle times, and frees its
+    place for a new source then."""
+    tracker = SourceTracker(1.0, lambda key: 0, max_sources=1)
+    assert tracker.admit(frame("stuck", 0, at_ns=1))
+    assert tracker.evict_idle(now_ns=10 * 10**9) == []
+    waiting = frame("new", 0, at_ns=10 * 10**9)
+    assert tracker.admit(waiting) and waiting.order == -1
+    assert tracker.evict_idle(now_ns=10 * 10**9 + 2) == ["stuck"]
+    admitted = frame("new", 1, at_ns=10 * 10**9 + 2)
+    assert tracker.admit(admitted) and (admitted.error, admitted.order) == (None, 0)
+
+
+def test_a_flood_of_new_sources_logs_ten_lines_of_its_ids_cut_short() -> None:
+    tracker = SourceTracker(idle_evict_s=60, max_sources=1)
+    assert tracker.admit(frame("a", 0))
+    with capture_logs() as logs:
+        for index in range(1000):
+            assert tracker.admit(frame(f"{index:05d}" + "x" * 60_000, 0))
+    assert [e["event"] for e in logs] == ["too_many_sources"] * 10
+    assert all(e["log_level"] == "warning" and e["max_sources"] == 1 for e in logs)
+    assert logs[0]["source"] == f"00000{'x' * 251}… (60005 characters)"
+    assert tracker.stats().active_sources == 1
