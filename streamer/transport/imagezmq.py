@@ -40,7 +40,7 @@ MAX_TRACKED_SOURCES = 4096
 """Sources whose next seq a reader remembers; the least recently seen one beyond this is
 forgotten and restarts at seq 0 (the pipeline then counts a restart). This bounds the
 reader's own memory for a sender that varies ``msg``; the pipeline's per-source state is
-bounded by ``daemon.source_idle_s`` instead (README, "Memory")."""
+bounded by ``daemon.max_sources`` and ``daemon.source_idle_s`` (README, "Memory")."""
 
 _COLORS = {1: "gray", 3: "bgr", 4: "bgr"}
 
