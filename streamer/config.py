@@ -155,8 +155,7 @@ class DaemonConfig(_Strict):
         description="at a reload, longest wait for the config file's read (a hung mount), then "
         "the reload is rejected; and longest wait for the old chain to finish the frames "
         "queued before the switch, then it is given up and the frames it holds are dropped "
-        "(below systemd's WatchdogSec, 30 s in the units: the watchdog is not pinged while "
-        "the old chain drains)",
+        "(the reload runs beside the control loop, which goes on pinging the watchdog)",
     )
     decode_workers: int = Field(0, ge=0, le=1024, description="0 = one per CPU core")
     queue_size: PositiveCInt = Field(64, description="frames buffered between two stages")

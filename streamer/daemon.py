@@ -8,16 +8,20 @@ watchdog timeout when that is shorter). Each tick checks the pipeline for a fail
 its outcome counts to tell progress from a stall
 (:class:`~streamer.observability.progress.ProgressMonitor`), does the pipeline's
 housekeeping, sends ``WATCHDOG=1`` when a ping is due and the pipeline is not stalled, and
-``STATUS=`` every ``daemon.status_interval_s``. SIGHUP asks for a reload: the config file
-is read again (on a thread of its own, :class:`~streamer.config_read.ConfigRead`, so a read
-that blocks holds up neither the ticks nor a stop, and is given up after
-``daemon.reload_timeout_s``) and handed to :meth:`Pipeline.reload` (``RELOADING=1`` …
-``READY=1``); a config that does not load is rejected and the running one kept.
+``STATUS=`` every ``daemon.status_interval_s``. SIGHUP asks for a reload (``RELOADING=1``
+… ``READY=1``): the config file is read again on a thread of its own
+(:class:`~streamer.config_read.ConfigRead`, given up after ``daemon.reload_timeout_s``) and
+handed to :meth:`Pipeline.reload` on another (:class:`~streamer.pipeline_reload.
+PipelineReload`), so neither a read that blocks nor the new models' loading nor the old
+chain's drain holds up the ticks or a stop; a config that does not load is rejected and the
+running one kept. One reload runs at a time: a SIGHUP meanwhile is acted on after it.
 ``READY=1`` ends every reload, whatever its outcome: ``streamer_config_last_reload_successful``
 in ``/metrics`` (1 at start and after a reload whose whole file is in force, else 0) and the
-log tell. SIGINT and SIGTERM end the loop: ``STOPPING=1``, ``/readyz`` fails, the pipeline
-drains for at most ``daemon.drain_timeout_s`` and the last log line, ``stopped``, gives the
-counts.
+log tell. SIGINT and SIGTERM end the loop, and so does a pipeline failure, during a reload
+too: ``STOPPING=1``, ``/readyz`` fails, the pipeline drains for at most
+``daemon.drain_timeout_s`` (a reload under way gets the same time to end, its old chain's
+drain cut short; one whose load has not returned by then is abandoned, ``reload_abandoned``)
+and the last log line, ``stopped``, gives the counts.
 
 Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 1 when an unrecoverable error stopped the
 daemon (a backend failure, a thread that died, an address in use), 2 for a bad configuration
@@ -50,6 +54,7 @@ from streamer.observability.metrics import PipelineMetrics
 from streamer.observability.progress import ProgressMonitor, status_line
 from streamer.observability.systemd import Notifier
 from streamer.pipeline import Pipeline
+from streamer.pipeline_reload import PipelineReload
 from streamer.release import close_logged
 from streamer.signals import DAEMON_SIGNALS, SignalFlag, release_daemon_signals
 
@@ -232,6 +237,9 @@ class _Control:
         self._next_status_s = time.monotonic() + daemon.status_interval_s
         self._read: ConfigRead | None = None
         self._blocked_reads: list[ConfigRead] = []  # reads given up on, perhaps not ended
+        self._reload: PipelineReload | None = None
+        self._reload_error: str | None = None  # a reload that ended half-way: stop
+        self._stopping = threading.Event()  # the loop ended: a reload under way cuts short
 
     def serve(self) -> int:
         """Start the pipeline, run the control loop, drain; returns the exit code."""
@@ -248,6 +256,7 @@ class _Control:
         self._notifier.ready()
         _log.info("ready", systemd=self._notifier.enabled, watchdog_interval_s=self._ping_s)
         failed = self._loop()
+        self._stopping.set()
         self._requests.log_received()
         if self._requests.reload.is_set() or self._read is not None:
             _log.warning("reload_skipped", reason="the daemon is stopping")
@@ -261,8 +270,7 @@ class _Control:
         """Tick until a stop is requested or the pipeline fails; True when it failed."""
         while not self._requests.stop.wait(self._tick_s):
             self._requests.log_received()
-            if (failure := self._pipeline.failure()) is not None:
-                error = f"{type(failure).__name__}: {failure}"
+            if (error := self._failure()) is not None:
                 _log.error("pipeline_failed", error=error)
                 self._health.set_failure(error)
                 return True
@@ -270,6 +278,13 @@ class _Control:
             self._tick(now_s)
             self._reload_step(now_s)
         return False
+
+    def _failure(self) -> str | None:
+        """Why the daemon cannot go on: the pipeline's failure, or a reload that ended
+        half-way (the chains' state is then unknown)."""
+        if (failure := self._pipeline.failure()) is not None:
+            return f"{type(failure).__name__}: {failure}"
+        return self._reload_error
 
     def _tick(self, now_s: float) -> None:
         snapshot = self._pipeline.counts.snapshot()
@@ -286,32 +301,48 @@ class _Control:
             self._next_status_s = now_s + self._pipeline.config.daemon.status_interval_s
 
     def _reload_step(self, now_s: float) -> None:
-        """Begin the reload a SIGHUP asked for (``RELOADING=1``; the file is read on a
-        :class:`ConfigRead` thread), or go on with the one begun: once the read ends, hand the
-        config to the pipeline; after ``reload_timeout_s`` without an end, give the read up.
-        ``READY=1`` and the ``streamer_config_last_reload_*`` gauges end every reload."""
+        """Go on with the reload a SIGHUP asked for, one at a time (a SIGHUP meanwhile waits
+        for its end): ``RELOADING=1``, the file read on a :class:`ConfigRead` thread and
+        given up after ``reload_timeout_s``, then the config read handed to the pipeline on
+        a :class:`PipelineReload` thread. ``READY=1`` and the
+        ``streamer_config_last_reload_*`` gauges end every reload."""
+        if self._reload is not None:
+            self._reload_ended()
+            return
         wait_s = 0.0
         if self._read is None:
-            if not self._requests.reload.is_set():
+            if not self._begin_read():
                 return
-            self._requests.reload.clear()
-            self._notifier.reloading()
-            self._blocked_reads = [r for r in self._blocked_reads if not r.wait(0)]
-            if len(self._blocked_reads) >= MAX_BLOCKED_READS:
-                self._reject(
-                    f"{self._config_path}: its last {MAX_BLOCKED_READS} reads are still blocked "
-                    "(a hung mount?); a reload reads it once one ends, or restart the daemon"
-                )
-                return
-            self._read, wait_s = ConfigRead(self._config_path), self._tick_s
+            wait_s = self._tick_s  # a read that ends at once ends this tick
+        self._read_step(now_s, wait_s)
+
+    def _begin_read(self) -> bool:
+        """Begin the reload a SIGHUP asked for, if any, with a read of the file; False when
+        none was asked for or it was rejected at once."""
+        if not self._requests.reload.is_set():
+            return False
+        self._requests.reload.clear()
+        self._notifier.reloading()
+        self._blocked_reads = [r for r in self._blocked_reads if not r.wait(0)]
+        if len(self._blocked_reads) >= MAX_BLOCKED_READS:
+            self._reject(
+                f"{self._config_path}: its last {MAX_BLOCKED_READS} reads are still blocked "
+                "(a hung mount?); a reload reads it once one ends, or restart the daemon"
+            )
+            return False
+        self._read = ConfigRead(self._config_path)
+        return True
+
+    def _read_step(self, now_s: float, wait_s: float) -> None:
+        """Once the read ends (within ``wait_s``), hand its config to the pipeline; after
+        ``reload_timeout_s`` without an end, give the read up."""
+        assert self._read is not None
         if self._read.wait(wait_s):
             result, self._read = self._read.result(), None
             if isinstance(result, str):
                 self._reject(result)
-                return
-            with self._health.reloading():
-                in_force = self._pipeline.reload(result, self._requests.stop)
-            self._end_reload(in_force)
+            else:
+                self._reload = PipelineReload(self._pipeline, result, self._stopping)
         elif now_s - self._read.started_s >= self._pipeline.config.daemon.reload_timeout_s:
             timeout_s = self._pipeline.config.daemon.reload_timeout_s
             self._blocked_reads.append(self._read)
@@ -319,6 +350,23 @@ class _Control:
             self._reject(
                 f"{self._config_path}: not read and validated in {timeout_s:g} s (a hung mount?)"
             )
+
+    def _reload_ended(self) -> None:
+        """End the pipeline's reload once its thread has (``READY=1``, the gauges)."""
+        assert self._reload is not None
+        if not self._reload.wait(0):
+            return
+        result, self._reload = self._reload.result(), None
+        self._end_reload(self._reload_outcome(result))
+
+    def _reload_outcome(self, result: bool | Exception) -> bool:
+        """Whether the reload's config is in force; one that ended half-way is logged
+        (``reload_failed``) and stops the daemon."""
+        if isinstance(result, Exception):
+            self._reload_error = f"reload: {type(result).__name__}: {result}"
+            _log.error("reload_failed", error=self._reload_error)
+            return False
+        return result
 
     def _reject(self, error: str) -> None:
         _log.error("reload_rejected", error=error)
@@ -328,6 +376,19 @@ class _Control:
         self._metrics.observe_config(in_force, time.time())
         self._notifier.ready()
 
+    def _finish_reload(self, deadline_s: float) -> None:
+        """At a stop, wait for a reload under way until ``deadline_s`` (``time.monotonic()``
+        s): a chain it loads meanwhile is released before the backend closes. One still
+        running then (a load that does not return) is abandoned, ``reload_abandoned``: its
+        daemon thread does not hold up the exit. No ``READY=1``: the daemon is stopping."""
+        if self._reload is None:
+            return
+        if self._reload.wait(max(0.0, deadline_s - time.monotonic())):
+            self._reload_outcome(self._reload.result())
+        else:
+            _log.warning("reload_abandoned", reason="its models have not loaded")
+        self._reload = None
+
     def _drain(self, failed: bool) -> int:
         """STOPPING=1, drain, the final ``stopped`` line; returns the exit code."""
         self._health.set_status(Status.STOPPING)
@@ -336,10 +397,12 @@ class _Control:
         if failed:  # a stage with no replica left runs nothing more: do not wait it out
             timeout_s = min(timeout_s, FAILED_DRAIN_S)
         _log.info("draining", drain_timeout_s=timeout_s)
-        drained = self._pipeline.stop(timeout_s)
-        if not failed and (failure := self._pipeline.failure()) is not None:
+        deadline_s = time.monotonic() + timeout_s
+        drained = self._pipeline.stop(timeout_s)  # after a reload's swap under way, if any
+        self._finish_reload(deadline_s)
+        if not failed and (error := self._failure()) is not None:
             # Every replica of a stage failed while the daemon stopped: still a failure.
-            _log.error("pipeline_failed", error=f"{type(failure).__name__}: {failure}")
+            _log.error("pipeline_failed", error=error)
             failed = True
         # Models and devices are released before the last line; a failed release exits 1.
         released = close_logged(self._pipeline.close, "pipeline")

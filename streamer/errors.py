@@ -7,7 +7,9 @@
     ├── AssetError             a model or sample file is missing, corrupt or cannot be fetched
     ├── ModelError             a model cannot be loaded or does not fit its configuration
     ├── BackendError           an inference backend failed in a way the daemon cannot recover
-    │                          from (device lost, runtime missing); stops the daemon, exit 1
+    │   │                      from (device lost, runtime missing); stops the daemon, exit 1
+    │   └── OutputLostError    a queue-bound model lost one batch's output; its replica
+    │                          reloads the model (QueueModel.reload) and serves again
     ├── FrameError             one frame cannot be processed; becomes an error result with a
     │                          stable machine-readable ``reason``, never stops the daemon
     └── ClientError            a producer or subscriber (``streamer.clients``) cannot do its job
@@ -25,6 +27,7 @@ __all__ = [
     "ConfigError",
     "FrameError",
     "ModelError",
+    "OutputLostError",
     "Reason",
     "StreamerError",
 ]
@@ -48,6 +51,14 @@ class ModelError(StreamerError):
 
 class BackendError(StreamerError):
     """An unrecoverable inference-backend failure: the daemon stops with a non-zero exit."""
+
+
+class OutputLostError(BackendError):
+    """A queue-bound model got no output for its oldest batch within its result timeout
+    (ACL queue mode: the execution failed on the device, and later outputs could not be told
+    apart from that batch's). The model is unusable until
+    :meth:`~streamer.runtime.base.QueueModel.reload`; a caller that does not reload it treats
+    this as any :class:`BackendError`."""
 
 
 class Reason:

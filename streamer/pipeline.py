@@ -196,10 +196,21 @@ class Pipeline:
         self._results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._chain = self._new_chain(stages)
         self._retired: list[ChainRun] = []
+        self._retiring: ChainRun | None = None  # the old chain a reload is draining
+        # A reload runs on a thread of its own while the control loop and /metrics read:
+        # the chains and carried counts below change only under this lock, and are read
+        # under it (never held while waiting for anything, nor around the admission lock).
+        self._chains_lock = threading.Lock()
+        # Held by a reload from its new chain's start to the end of its swap, and by stop()
+        # and close() as they begin: a stop waits for a swap under way (the stop cuts its
+        # drain short), and a reload that loaded after the stop began swaps nothing.
+        self._swapping = threading.Lock()
+        self._closed = False
         # Counts of the chains retired and gone, so that /metrics counters never go back.
         self._carried_flushes: Counter[str] = Counter()
         self._carried_batches: Counter[tuple[str, int, int]] = Counter()
         self._carried_retried: Counter[str] = Counter()
+        self._carried_recoveries: Counter[str] = Counter()
 
     @classmethod
     def load(cls, config: Config, metrics: PipelineMetrics | None = None) -> Pipeline:
@@ -239,14 +250,18 @@ class Pipeline:
         """Egress (once started), then the threads of the chain in service and of any
         retired chain still around."""
         egress: list[Worker] = [self._egress] if self._egress is not None else []
-        chains = [self._chain, *self._retired]
-        return [*egress, *(w for chain in chains for w in chain.workers)]
+        return [*egress, *(w for chain in self._chains() for w in chain.workers)]
+
+    def _chains(self) -> list[ChainRun]:
+        """The chain in service, then every retired chain still around; any thread."""
+        with self._chains_lock:
+            return [self._chain, *self._retired]
 
     def _abort_all(self) -> None:
         """Make every thread return at once (ingresses, egress, every chain); the frames the
         chains hold are dropped (``shutdown``)."""
         self._abort.set()
-        for chain in [self._chain, *self._retired]:
+        for chain in self._chains():
             chain.give_up(Reason.SHUTDOWN)
 
     @property
@@ -318,11 +333,20 @@ class Pipeline:
         ``[[models]]`` need a restart and are reported, not applied. When ``stop`` is set
         meanwhile, the old chain gets ``drain_timeout_s`` from then to drain, as at a stop.
 
+        One reload at a time, on a thread of its own, which may take long: the loading has
+        no bound (a hung mount), the old chain's drain ``reload_timeout_s``. Meanwhile the
+        control loop's calls (:meth:`housekeeping`, :meth:`failure`, :meth:`stream_stats`)
+        and :meth:`sample` read a consistent pipeline, and :meth:`stop` waits for a swap
+        under way. A chain that loaded once ``stop`` was set or :meth:`stop` began is
+        released instead (``reload_skipped``), or left to the process exit once
+        :meth:`close` began.
+
         Returns:
             True if the whole new config is in force (also when nothing changed); False if
             it was rejected (the old chain keeps running; the reason is logged), if settings
-            of it wait for a restart (``reload_needs_restart``; its models are applied), or
-            if the new chain failed to start (``reload_failed``; the daemon then stops).
+            of it wait for a restart (``reload_needs_restart``; its models are applied), if
+            the daemon began stopping, or if the new chain failed to start
+            (``reload_failed``; the daemon then stops).
         """
         sections = ("daemon", "ingress", "egress", "runtime")
         changed = [k for k in sections if getattr(config, k) != getattr(self.config, k)]
@@ -337,22 +361,39 @@ class Pipeline:
         if _models_identity(config) == _models_identity(self.config):
             _log.info("reload_unchanged")
             return not changed
+        _log.info("reload_loading", models=[m.name for m in config.models])
         try:
             stages = load_chain(self._backend, config)
-            chain = self._start_chain(stages)
-        except StreamerError as exc:
-            _log.error("reload_rejected", error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - what was loaded is released
+            _log_rejected(exc)
             return False
-        except Exception as exc:  # noqa: BLE001 - what was loaded or started is released
-            # An unforeseen value in the new config must not stop a serving daemon.
-            _log.error("reload_rejected", error=f"{type(exc).__name__}: {exc}")
-            return False
-        launched = self._swap(chain, stages, stop)
-        update = {"models": config.models, "source_file": config.source_file}
-        self.config = self.config.model_copy(update=update)
-        self.reorder.window = _reorder_window(self.config)
+        return self._put_in_service(config, stages, stop) and not changed
+
+    def _put_in_service(
+        self, config: Config, stages: list[ModelStage], stop: StopRequest | None
+    ) -> bool:
+        """Start the loaded ``stages`` as a chain and swap it in; False if it did not start
+        (``reload_rejected``, ``reload_failed``) or the daemon began stopping
+        (``reload_skipped``)."""
+        with self._swapping:
+            stopping = self._closed or self.status is not Status.RUNNING
+            if stopping or (stop is not None and stop.is_set()):
+                _log.warning("reload_skipped", reason="the daemon is stopping")
+                if not self._closed:  # else the backend is closed: the exit reclaims them
+                    for stage in reversed(stages):
+                        close_logged(stage.close, f"model {stage.name!r}")
+                return False
+            try:
+                chain = self._start_chain(stages)
+            except Exception as exc:  # noqa: BLE001 - what was loaded or started is released
+                _log_rejected(exc)
+                return False
+            launched = self._swap(chain, stages, stop)
+            update = {"models": config.models, "source_file": config.source_file}
+            self.config = self.config.model_copy(update=update)
+            self.reorder.window = _reorder_window(self.config)
         _log.info("reloaded", models=[s.name for s in stages])
-        return launched and not changed
+        return launched
 
     def _start_chain(self, stages: list[ModelStage]) -> ChainRun:
         """A new chain with its threads started, all but its first batcher.
@@ -381,19 +422,24 @@ class Pipeline:
         its first batcher failed to start (``reload_failed``)."""
         old = self._chain
 
-        def switch() -> None:
-            self._chain, self._stages = chain, stages
+        def switch() -> None:  # under the admission queue's lock
+            with self._chains_lock:
+                self._chain, self._stages = chain, stages
+                self._retired.append(old)
+                self._retiring = old
 
         self._inbox.put_marker(STOP, switch)
-        self._retired.append(old)
         settings = self.config.daemon
+        _log.info("reload_swapping", stages=[s.name for s in old.stages])
         given_up = retire(old, settings.reload_timeout_s, stop, settings.drain_timeout_s)
-        if given_up is None:
-            self._retired.remove(old)
-            self._carry_counts(old)
-        elif dropped := self._inbox.discard_through(STOP, given_up):
+        if given_up is not None and (dropped := self._inbox.discard_through(STOP, given_up)):
             _log.warning("reload_dropped_frames", frames=dropped, reason=given_up)
-        self._forget_retired_models()
+        with self._chains_lock:
+            self._retiring = None  # given up, it is housekeeping's to close
+            if given_up is None:
+                self._retired.remove(old)
+                self._carry_counts(old)
+            self._forget_retired_models()
         try:
             chain.launch_first_batcher(_START_TIMEOUT_S)
         except StreamerError as exc:  # its failure() now stops the daemon
@@ -402,38 +448,44 @@ class Pipeline:
         return True
 
     def _carry_counts(self, chain: ChainRun) -> None:
-        """Keep a chain's counters, which ``/metrics`` reports, once it is gone."""
+        """Keep a chain's counters, which ``/metrics`` reports, once it is gone; under
+        ``_chains_lock``."""
         flushes, batches = _batch_counts(chain)
         self._carried_flushes += flushes
         self._carried_batches += batches
         self._carried_retried += _retried_counts(chain)
+        self._carried_recoveries += _recovery_counts(chain)
 
     def _forget_retired_models(self) -> None:
         """Drop the per-model series and carried counts of the models no longer in the chain
         (a reload that renames its models each time must not grow ``/metrics``); those of
-        the models still in it go on counting."""
+        the models still in it go on counting. Under ``_chains_lock``."""
         names = {stage.name for stage in self._chain.stages}
         self.metrics.models_in_service(names)
-        # New counters rather than deletions: sample() may be copying the old ones.
         self._carried_batches = Counter(
             {key: n for key, n in self._carried_batches.items() if key[0] in names}
         )
         self._carried_retried = Counter(
             {model: n for model, n in self._carried_retried.items() if model in names}
         )
+        self._carried_recoveries = Counter(
+            {model: n for model, n in self._carried_recoveries.items() if model in names}
+        )
 
     def housekeeping(self) -> None:
         """Periodic upkeep from the control loop: forget sources idle past ``source_idle_s``,
         and close the models of a given-up chain once its threads have ended."""
         self.sources.evict_idle()
-        ended = [c for c in self._retired if c.ended()]
+        with self._chains_lock:
+            ended = [c for c in self._retired if c is not self._retiring and c.ended()]
+            for chain in ended:
+                self._retired.remove(chain)
+                self._carry_counts(chain)
+            if ended:
+                self._forget_retired_models()
         for chain in ended:
-            self._retired.remove(chain)
-            self._carry_counts(chain)
             close_logged(chain.close, "given-up chain")
             _log.info("given_up_chain_closed", stages=[s.name for s in chain.stages])
-        if ended:
-            self._forget_retired_models()
 
     def stream_stats(self) -> dict[str, int]:
         """Per-source stream totals for logs and metrics (see SourceTracker, ReorderBuffer)."""
@@ -449,27 +501,38 @@ class Pipeline:
 
     def sample(self) -> PipelineSample:
         """Counters and gauges for ``/metrics``, read at scrape time; any thread."""
+        with self._chains_lock:  # the chains and what the chains gone left, at one moment
+            current, chains = self._chain, [self._chain, *self._retired]
+            flushes, batches = Counter(self._carried_flushes), Counter(self._carried_batches)
+            retried = Counter(self._carried_retried)
+            recoveries = Counter(self._carried_recoveries)
         depths = {
             "batcher": self._inbox.qsize(),
-            "dequeue": sum(r.ledger.qsize() for rs in self._chain.replicas for r in rs),
+            "dequeue": sum(r.ledger.qsize() for rs in current.replicas for r in rs),
             "egress": self._results.qsize(),
         }
-        flushes, batches = Counter(self._carried_flushes), Counter(self._carried_batches)
-        retried = Counter(self._carried_retried)
-        for chain in [self._chain, *self._retired]:
+        for chain in chains:
             chain_flushes, chain_batches = _batch_counts(chain)
             flushes.update(chain_flushes)  # not +=, which drops the reasons still at 0
             batches.update(chain_batches)
             retried.update(_retried_counts(chain))  # every model, 0 included
-        names = {stage.name for stage in self._chain.stages}  # not a given-up chain's
+            recoveries.update(_recovery_counts(chain))
+        names = {stage.name for stage in current.stages}  # not a given-up chain's
         retried = Counter({model: n for model, n in retried.items() if model in names})
+        recoveries = Counter({model: n for model, n in recoveries.items() if model in names})
         replicas = [
-            (r.model.info.name, r.device, r.index, batches[_replica_key(r)], r.failed is None)
-            for rs in self._chain.replicas
+            (r.model.info.name, r.device, r.index, batches[_replica_key(r)], r.in_rotation)
+            for rs in current.replicas
             for r in rs
         ]
         return PipelineSample(
-            self.counts.snapshot(), depths, self.stream_stats(), flushes, replicas, retried
+            self.counts.snapshot(),
+            depths,
+            self.stream_stats(),
+            flushes,
+            replicas,
+            retried,
+            recoveries,
         )
 
     def failure(self) -> BaseException | None:
@@ -479,7 +542,7 @@ class Pipeline:
         for worker in [*self._ingresses, *([self._egress] if self._egress else [])]:
             if worker.failure is not None:
                 return worker.failure
-        for chain in [self._chain, *self._retired]:
+        for chain in self._chains():
             if (failure := chain.failure()) is not None:
                 return failure
         return None
@@ -487,14 +550,18 @@ class Pipeline:
     def stop(self, drain_timeout_s: float) -> bool:
         """Stop receiving, finish the frames in flight, stop every thread.
 
+        A reload's swap under way (:meth:`reload`) ends first, within the same
+        ``drain_timeout_s`` when its ``stop`` is set: its old chain's drain is cut short.
+
         Returns:
             True if everything in flight was published within ``drain_timeout_s`` seconds;
             False if frames had to be abandoned (they are counted as dropped, ``shutdown``).
         """
-        self.status = Status.STOPPING
         deadline = time.monotonic() + drain_timeout_s
         for ingress in self._ingresses:
             ingress.request_stop()
+        with self._swapping:
+            self.status = Status.STOPPING
         for ingress in self._ingresses:
             ingress.join(max(0.0, deadline - time.monotonic()))
         if self.failure() is not None:
@@ -553,6 +620,8 @@ class Pipeline:
         Raises:
             Exception: the first release that failed, once everything was released.
         """
+        with self._swapping:  # a reload that loads from now on leaves its models to the exit
+            self._closed = True
         if not self._threads_ended and any(
             w.is_alive() for w in [*self._ingresses, *self._workers]
         ):
@@ -561,6 +630,14 @@ class Pipeline:
             self._release_transport()
         self._threads_ended = True
         close_all([*(c.close for c in [*self._retired, self._chain]), self._backend.close])
+
+
+def _log_rejected(exc: Exception) -> None:
+    """Log ``reload_rejected`` for a new chain that did not load or start: a StreamerError
+    says what is wrong; anything else (an unforeseen value in the new config, which must not
+    stop a serving daemon) is named with its type."""
+    error = str(exc) if isinstance(exc, StreamerError) else f"{type(exc).__name__}: {exc}"
+    _log.error("reload_rejected", error=error)
 
 
 def _batch_counts(chain: ChainRun) -> tuple[Counter[str], Counter[tuple[str, int, int]]]:
@@ -579,6 +656,15 @@ def _retried_counts(chain: ChainRun) -> Counter[str]:
     for replica in (r for rs in chain.replicas for r in rs):
         retried[replica.model.info.name] += replica.retried
     return retried
+
+
+def _recovery_counts(chain: ChainRun) -> Counter[str]:
+    """A chain's replicas reloaded after a lost output and back in rotation, by model (each
+    of its models, 0 included)."""
+    recoveries: Counter[str] = Counter()
+    for replica in (r for rs in chain.replicas for r in rs):
+        recoveries[replica.model.info.name] += replica.recoveries
+    return recoveries
 
 
 def _replica_key(replica: Replica) -> tuple[str, int, int]:

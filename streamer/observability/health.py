@@ -22,8 +22,6 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -66,7 +64,6 @@ class HealthState:
         self._failure: str | None = None
         self._stalled_for_s = 0.0
         self._tick_at_s: float | None = None
-        self._reloading = False
 
     def set_status(self, status: Status) -> None:
         """Record the lifecycle state (``running`` is the only ready one)."""
@@ -89,22 +86,11 @@ class HealthState:
             self._tick_at_s = now_s
             self._stalled_for_s = stalled_for_s
 
-    @contextmanager
-    def reloading(self) -> Iterator[None]:
-        """While a reload runs on the control thread, its pause does not fail ``/healthz``."""
-        with self._lock:
-            self._reloading = True
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._reloading = False
-
     def liveness(self, now_s: float) -> Answer:
         """The ``/healthz`` answer."""
         with self._lock:
             reasons = []
-            ticks_expected = self._status is Status.RUNNING and not self._reloading
+            ticks_expected = self._status is Status.RUNNING
             if ticks_expected and self._tick_at_s is not None:
                 idle_s = now_s - self._tick_at_s
                 if idle_s > LOOP_STALE_S:

@@ -24,10 +24,14 @@ each result leaves. The split follows Triton's queue / compute / request duratio
     streamer_reorder_late_frames_total                 counter   frames after they were given up
     streamer_batch_flushes_total{reason}               counter   batches flushed by the batcher
     streamer_replica_batches_total{model,device,replica} counter batches a replica executed
-    streamer_replica_up{model,device,replica}          gauge     1 in rotation, 0 once failed
+    streamer_replica_up{model,device,replica}          gauge     1 in rotation, 0 while it
+                                                                 recovers or once failed
     streamer_batches_retried_total{model}              counter   failed batches run again on
                                                                  another replica (every model
                                                                  from 0)
+    streamer_replica_recoveries_total{model}           counter   replicas reloaded after a
+                                                                 lost output and back in
+                                                                 rotation (every model from 0)
     streamer_batch_size{model}                         histogram frames per executed batch
     streamer_batch_rows_total{model}                   counter   rows executed, padding included
     streamer_batch_padding_rows_total{model}           counter   padding rows executed
@@ -114,6 +118,8 @@ class PipelineSample:
             rotation)``, the index being its place among its stage's replicas.
         retried: batches that failed on one replica and were queued on another, by model
             (every model of the chain, 0 included).
+        recoveries: replicas whose model was reloaded after a lost output and that went
+            back into rotation, by model (every model of the chain, 0 included).
     """
 
     outcomes: OutcomeSnapshot
@@ -122,6 +128,7 @@ class PipelineSample:
     flushes: Mapping[str, int] = field(default_factory=dict)
     replicas: Sequence[tuple[str, int, int, int, bool]] = ()
     retried: Mapping[str, int] = field(default_factory=dict)
+    recoveries: Mapping[str, int] = field(default_factory=dict)
 
 
 class _PipelineCollector(Collector):
@@ -158,6 +165,14 @@ class _PipelineCollector(Collector):
         for model, count in sorted(sample.retried.items()):
             retried.add_metric([model], count)
         yield retried
+        recoveries = CounterMetricFamily(
+            "streamer_replica_recoveries",
+            "Replicas whose model was reloaded after a lost output and went back into rotation.",
+            labels=["model"],
+        )
+        for model, count in sorted(sample.recoveries.items()):
+            recoveries.add_metric([model], count)
+        yield recoveries
         yield CounterMetricFamily(
             "streamer_log_lines_dropped",
             "Log lines dropped: standard output not read (10000 waiting) or its file full.",
@@ -171,7 +186,9 @@ def _replica_families(replicas: Sequence[tuple[str, int, int, int, bool]]) -> It
         "streamer_replica_batches", "Batches a model replica executed.", labels=labels
     )
     up = GaugeMetricFamily(
-        "streamer_replica_up", "1 while a replica is in rotation, 0 once it failed.", labels=labels
+        "streamer_replica_up",
+        "1 while a replica is in rotation, 0 while it recovers or once it failed.",
+        labels=labels,
     )
     for model, device, index, batches, alive in replicas:
         executed.add_metric([model, str(device), str(index)], batches)

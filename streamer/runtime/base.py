@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from streamer.config import PluginConfig, RuntimeConfig
-from streamer.errors import FrameError
+from streamer.errors import BackendError, FrameError
 from streamer.lifecycle import Closing
 from streamer.runtime.ops.base import Operators
 
@@ -257,13 +257,27 @@ class QueueModel(Closing, abc.ABC):
 
     @abc.abstractmethod
     def interrupt(self) -> None:
-        """Make an :meth:`enqueue` waiting for room, and every later one, raise
-        :class:`BackendError`; from any thread, idempotent.
+        """Make an :meth:`enqueue` waiting for room, and every later one until a
+        :meth:`reload`, raise :class:`BackendError`; from any thread, idempotent.
 
         For a pipeline that gives up draining: nothing dequeues any more, so an enqueue
         blocked at ``max_in_flight`` would wait until :meth:`close`, which must come after
         the enqueue thread has ended.
         """
+
+    def reload(self) -> None:
+        """Release the loaded model and load it again afresh, after :meth:`dequeue` raised
+        :class:`~streamer.errors.OutputLostError` (the only models that raise it implement
+        this); it then takes batches again, an earlier :meth:`interrupt` over.
+
+        Thread rules: from the dequeue thread, while the enqueue thread is kept out of
+        :meth:`enqueue`.
+
+        Raises:
+            BackendError: this model cannot be reloaded, or the reload failed (what it
+                half-created is released first).
+        """
+        raise BackendError(f"model {self.info.name!r} cannot be reloaded")
 
     @abc.abstractmethod
     def dequeue(self, timeout_ms: int) -> InferenceOutputs | None:

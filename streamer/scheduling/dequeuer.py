@@ -6,7 +6,9 @@ finished batch on towards egress (which restores each source's order). A batch w
 execution failed, or that its replica, out of rotation, can no longer run, is retried on
 another replica of the stage when the dispatcher finds one
 (:meth:`~streamer.scheduling.replica.Dispatcher.retry`); that replica's threads then finish
-it. Every error a frame gets here names the stage (``stage <name>: …``).
+it. Every error a frame gets here names the stage (``stage <name>: …``). A batch whose output
+was lost (:class:`~streamer.errors.OutputLostError`) is such a failed execution, after which
+this thread reloads the model (:mod:`~streamer.scheduling.recovery`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from typing import Any
 
 import structlog
 
-from streamer.errors import BackendError, FrameError, Reason
+from streamer.errors import BackendError, FrameError, OutputLostError, Reason
 from streamer.frames import STOP, Batch, Frame
 from streamer.lifecycle import Worker
 from streamer.log_budget import LogBudget
 from streamer.runtime.base import InferenceOutputs, Tensor
 from streamer.scheduling.chain import stage_error
+from streamer.scheduling.recovery import recover
 from streamer.scheduling.replica import Dispatched, Replica
 
 __all__ = ["Dequeuer", "Postprocess"]
@@ -51,9 +54,9 @@ class Dequeuer(Worker):
         postprocess: turns a batch's outputs into per-frame results; any exception it
             raises fails that batch's frames with reason ``postprocess_failed``.
         abort: set when the pipeline gives up draining.
-        max_consecutive_failures: failed executions in a row after which the replica is
-            taken out of rotation (each failed batch is retried elsewhere or gets error
-            results first).
+        max_consecutive_failures: failed executions in a row (lost outputs included) after
+            which the replica is taken out of rotation (each failed batch is retried
+            elsewhere or gets error results first).
     """
 
     def __init__(
@@ -90,7 +93,8 @@ class Dequeuer(Worker):
                 self._finish(item)
 
     def _finish(self, dispatched: Dispatched) -> None:
-        """Complete one ledger entry: towards egress, unless another replica took it."""
+        """Complete one ledger entry: towards egress, unless another replica took it; then,
+        if its output was lost, recover the replica."""
         batch, handed_on = dispatched.batch, False
         if batch.good and self._replica.failed is None:
             outputs = self._wait_outputs()
@@ -102,11 +106,16 @@ class Dequeuer(Worker):
         self._replica.finished()
         if not handed_on:
             self._outbox.put(batch)
+        if self._replica.recovering is not None:
+            recover(self._replica, self._abort)
 
     def _wait_outputs(self) -> InferenceOutputs | None:
         while not self._abort.is_set():
             try:
                 outputs = self._model.dequeue(_POLL_MS)
+            except OutputLostError as exc:
+                self._replica.begin_recovery(str(exc))
+                return InferenceOutputs(None, FrameError(Reason.INFERENCE_FAILED, str(exc)))
             except BackendError as exc:
                 self._replica.fail(str(exc))
                 return InferenceOutputs(None, FrameError(Reason.INFERENCE_FAILED, str(exc)))

@@ -25,9 +25,9 @@ _POLL_S = 0.1
 class Enqueuer(Worker):
     """Takes dispatched batches, enqueues them, records them in the replica's ledger.
 
-    On a replica out of rotation it enqueues nothing: each batch it takes is retried on
-    another replica (put in that one's submit queue, whose enqueue thread enqueues it) or
-    failed.
+    On a replica out of rotation (failed, or recovering: :mod:`~streamer.scheduling.recovery`)
+    it enqueues nothing: each batch it takes is retried on another replica (put in that one's
+    submit queue, whose enqueue thread enqueues it) or failed.
 
     Args:
         replica: the replica it feeds.
@@ -55,21 +55,35 @@ class Enqueuer(Worker):
             self._enqueue(item)
 
     def _enqueue(self, dispatched: Dispatched) -> None:
-        """Enqueue, or on a failed replica refuse the batch: another replica takes it (it
-        then leaves this one), or its frames fail (its device inputs released)."""
+        """Enqueue, or on a replica out of rotation (failed, or recovering) refuse the
+        batch: another replica takes it (it then leaves this one), or its frames fail (its
+        device inputs released). Only a batch the model took is in its ledger."""
         replica = self._replica
-        if replica.failed is not None:
-            release_inputs(dispatched.inputs)  # device tensors only: those are never retried
-        else:
-            for frame in dispatched.batch.good:
-                frame.batched_at_ns = time.monotonic_ns()
-            try:
-                replica.model.enqueue(dispatched.inputs)
-            except BackendError as exc:
-                if self._abort.is_set():  # interrupted: the chain was given up
-                    return
-                replica.fail(str(exc))
-        if replica.failed is not None and replica.refuse(dispatched):
+        with replica.enqueue_lock:  # a recovery reloads the model only while it is free
+            if replica.in_rotation:
+                taken = self._into_model(dispatched)
+            else:
+                release_inputs(dispatched.inputs)  # device tensors only: never retried
+                taken = False
+        if taken is None:  # interrupted: the chain was given up
+            return
+        if not taken and replica.refuse(dispatched):
             replica.finished()
             return
         replica.ledger.put(dispatched)
+
+    def _into_model(self, dispatched: Dispatched) -> bool | None:
+        """The model's ``enqueue``: True if it took the batch; False if it raised (which
+        fails the replica, unless a recovery interrupted it); None if it raised as the
+        chain was given up."""
+        for frame in dispatched.batch.good:
+            frame.batched_at_ns = time.monotonic_ns()
+        try:
+            self._replica.model.enqueue(dispatched.inputs)
+        except BackendError as exc:
+            if self._abort.is_set():
+                return None
+            if self._replica.recovering is None:
+                self._replica.fail(str(exc))
+            return False
+        return True

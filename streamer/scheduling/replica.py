@@ -22,6 +22,11 @@ another replica as above, or get error results, and the other replicas carry on.
 replica of a stage is left, the dispatcher raises and the daemon stops; so it does when a
 ``tensor`` chain has no device left with a replica of each of its stages
 (:mod:`~streamer.scheduling.device_paths`).
+
+A replica whose model lost an output (ACL queue mode) is *recovering*: out of rotation as a
+failed one is (its batches retried elsewhere), while its dequeue thread reloads the model
+(:mod:`~streamer.scheduling.recovery`); then it is back in rotation. It does not count as
+failed: while every replica of a stage is recovering, dispatches wait for one to come back.
 """
 
 from __future__ import annotations
@@ -107,7 +112,10 @@ class Replica:
         submit: :class:`Dispatched` batches for the enqueue thread (one waits at most).
         ledger: :class:`Dispatched` batches the enqueue thread enqueued, in order, for the
             dequeue thread.
-        failed: why the replica was taken out of rotation, or None while it serves.
+        failed: why the replica was taken out of rotation for good, or None.
+        recovering: why it is out of rotation while its model is reloaded, or None.
+        enqueue_lock: held by its enqueue thread while it enqueues into the model, and by a
+            recovery while it reloads the model, so that the two never overlap.
         dispatcher: the stage's dispatcher, which retries its failed batches elsewhere (set
             by the :class:`Dispatcher`).
     """
@@ -119,6 +127,8 @@ class Replica:
         self.submit: queue.Queue[Any] = queue.Queue(maxsize=1)
         self.ledger: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.failed: str | None = None
+        self.recovering: str | None = None
+        self.enqueue_lock = threading.Lock()
         self.dispatcher: Dispatcher | None = None
         self.executed = 0
         """Batches it executed successfully (a counter, written by its dequeue thread)."""
@@ -126,6 +136,9 @@ class Replica:
         """Its executions that failed in a row, up to now (written by its dequeue thread)."""
         self.retried = 0
         """Batches that failed here and were handed to another replica (a counter)."""
+        self.recoveries = 0
+        """Times its model was reloaded after a lost output and it went back into rotation
+        (a counter)."""
         self._lock = threading.Lock()
         self._in_flight = 0
         self._probe_at_ns = 0
@@ -133,6 +146,11 @@ class Replica:
     @property
     def name(self) -> str:
         return f"{self.model.info.name}-{self.index}"
+
+    @property
+    def in_rotation(self) -> bool:
+        """Neither failed nor recovering: the dispatcher may send it batches."""
+        return self.failed is None and self.recovering is None
 
     @property
     def in_flight(self) -> int:
@@ -197,6 +215,31 @@ class Replica:
         self.model.interrupt()
         _log.error("replica_failed", replica=self.name, device=self.device, reason=reason)
 
+    def begin_recovery(self, lost: str) -> None:
+        """Take the replica out of rotation while its model is reloaded (``lost``: the
+        lost output's error); its dequeue thread. Its model is interrupted, as by
+        :meth:`fail`, so that an enqueue waiting for the slot the lost output holds returns,
+        and the enqueue thread lets go of :attr:`enqueue_lock`."""
+        with self._lock:
+            self.recovering = f"reloading its model after a lost output: {lost}"
+        self.model.interrupt()
+
+    def recovered(self) -> bool:
+        """Put the replica back in rotation after its model was reloaded, counting one
+        recovery, unless it failed meanwhile; its dequeue thread.
+
+        Returns:
+            True if it is back in rotation.
+        """
+        with self._lock:
+            if self.failed is not None:
+                return False
+            self.recovering = None
+            self.recoveries += 1
+        if self.dispatcher is not None:
+            self.dispatcher.settle()  # a dispatch may be waiting for a replica to come back
+        return True
+
     def retry_elsewhere(self, dispatched: Dispatched, error: FrameError) -> bool:
         """Queue a batch that failed here (with ``error``) on another replica of the stage
         (:meth:`Dispatcher.retry`); its enqueue or dequeue thread. True if one took it: the
@@ -210,7 +253,8 @@ class Replica:
             True if another replica took it (as :meth:`retry_elsewhere`); False if its
             frames failed.
         """
-        error = FrameError(Reason.INFERENCE_FAILED, f"device {self.device}: {self.failed}")
+        why = self.failed or self.recovering
+        error = FrameError(Reason.INFERENCE_FAILED, f"device {self.device}: {why}")
         if self.retry_elsewhere(dispatched, error):
             return True
         named = stage_error(self.model.info.name, error)
@@ -250,7 +294,8 @@ class Dispatcher:
 
     def dispatch(self, batch: Batch, inputs: Sequence[Tensor], device: int | None = None) -> None:
         """Queue ``batch`` (its model ``inputs``) on the least busy live replica, on
-        ``device`` when given (inputs in that device's memory).
+        ``device`` when given (inputs in that device's memory); while the only ones not
+        failed are recovering, wait for one to come back (or for abort).
 
         Raises:
             BackendError: every replica of the stage has failed, or every one on ``device``.
@@ -258,6 +303,10 @@ class Dispatcher:
         dispatched = Dispatched(batch, inputs)
         while not self._abort.is_set():
             replica = self._pick(device)
+            if replica is None:
+                with self._settled:
+                    self._settled.wait(_POLL_S)
+                continue
             replica.took()
             try:
                 replica.submit.put(dispatched, timeout=_POLL_S)
@@ -304,8 +353,9 @@ class Dispatcher:
         return True
 
     def settle(self) -> None:
-        """A batch left a replica (dequeued, or handed on): wake a :meth:`broadcast` waiting
-        for the stage to have none in flight; any thread."""
+        """A batch left a replica (dequeued, or handed on), or a replica came back into
+        rotation: wake a :meth:`broadcast` waiting for the stage to have none in flight, or a
+        :meth:`dispatch` waiting for a replica; any thread."""
         with self._settled:
             self._settled.notify_all()
 
@@ -313,7 +363,7 @@ class Dispatcher:
         """The live replica other than ``source`` to retry on: one without a streak first,
         then one on another device than ``source`` (its other replicas share a fault of the
         device), then the fewest batches in flight."""
-        others = [r for r in self.replicas if r is not source and r.failed is None]
+        others = [r for r in self.replicas if r is not source and r.in_rotation]
         return min(
             others,
             key=lambda r: (r.on_streak, r.device == source.device, r.in_flight),
@@ -324,7 +374,7 @@ class Dispatcher:
         """Put ``dispatched`` in ``target``'s submit queue within :data:`RETRY_WAIT_S`."""
         target.took()
         deadline = time.monotonic() + RETRY_WAIT_S
-        while not self._abort.is_set() and target.failed is None:
+        while not self._abort.is_set() and target.in_rotation:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -336,7 +386,13 @@ class Dispatcher:
         target.finished()
         return False
 
-    def _pick(self, device: int | None) -> Replica:
+    def _pick(self, device: int | None) -> Replica | None:
+        """The replica for the next batch (on ``device`` when given); None while every one
+        not failed is recovering.
+
+        Raises:
+            BackendError: every replica has failed, or every one on ``device``.
+        """
         live = [r for r in self.replicas if r.failed is None]
         if not live:
             raise BackendError(every_replica_failed(self.replicas))
@@ -344,6 +400,9 @@ class Dispatcher:
             live = [r for r in live if r.device == device]
             if not live:
                 raise BackendError(f"no live replica on device {device}")
+        live = [r for r in live if r.recovering is None]
+        if not live:
+            return None
         serving = [r for r in live if not r.on_streak]
         if serving:
             now_ns = time.monotonic_ns()

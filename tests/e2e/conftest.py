@@ -61,7 +61,7 @@ mode = "{mode}"
 
 [models.batch]
 max_size = {max_size}
-max_delay_ms = 5.0
+max_delay_ms = {max_delay_ms}
 gears = {gears}
 
 [models.preprocess]
@@ -171,6 +171,7 @@ def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[.
         backend: str = "onnxruntime",
         mode: str = "auto",
         max_size: int = 8,
+        max_delay_ms: float = 5.0,
         gears: tuple[int, ...] = (),
         drain_timeout_s: float = 10.0,
         model_path: Path | None = None,
@@ -194,6 +195,7 @@ def start_daemon(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[.
                 backend=backend,
                 mode=mode,
                 max_size=max_size,
+                max_delay_ms=max_delay_ms,
                 gears=list(gears),
                 drain_timeout_s=drain_timeout_s,
                 model_source=source,

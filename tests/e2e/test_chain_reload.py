@@ -156,7 +156,7 @@ def test_a_stop_during_a_reload_cuts_the_old_chains_drain_short(
     jpeg = cv2.imencode(".jpg", astronaut)[1].tobytes()
     drain = ("drain_timeout_s = 10.0", "drain_timeout_s = 1.0")
     daemon = reload_from_a_wedged_chain(tmp_path, jpeg, 20, drain)
-    daemon.wait_event("signal_received")
+    daemon.wait_event("reload_swapping")  # a stop before it would release the new chain
     daemon.process.send_signal(signal.SIGTERM)
     final = daemon.wait_event("stopped", 40)  # the old chain's 60 s would come first
     events = [e.get("event") for e in daemon.logs]

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
 
+import onnx
 import pytest
 import zmq
+from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.clients.producer import produce
@@ -23,6 +25,7 @@ from .conftest import (
     sim_settings,
     streamer_check,
 )
+from .test_operations import reload_onto_a_fifo
 
 
 def peak_rss_mb(daemon: Daemon) -> float:
@@ -92,6 +95,80 @@ def test_repeated_failures_stop_the_daemon_with_an_error(
     final = daemon.final_counts()
     assert final["failed_by_reason"].get("inference_failed", 0) >= 5
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]
+
+
+def test_a_stop_during_which_every_replica_of_a_stage_fails_exits_1(
+    start_daemon: Any, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """The frames wait in the batcher (its deadline is minutes away) when the SIGTERM comes;
+    the drain's marker flushes them to the stage's one replica, whose execution fails and
+    takes it out of rotation (``max_consecutive_failures = 1``): the stop ends with
+    ``pipeline_failed`` and exit 1. It exited 0: only the control loop, ended by then, looked
+    for a failure."""
+    settings = backend_settings("acl-sim-sync", assets["blazeface_short_range"], tmp_path)
+    daemon = start_daemon(
+        **settings,
+        max_delay_ms=600_000.0,
+        daemon_extra="max_consecutive_failures = 1",
+        runtime_extra="[runtime.options.sim]\nfail_every_n_executes = 1",
+    )
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", limit=3)
+    deadline = time.monotonic() + 30
+    while (received := samples(daemon, "streamer_frames_received_total")[0].value) < 3:
+        assert time.monotonic() < deadline, received
+        time.sleep(0.05)  # no event tells a frame in; none executes before the stop
+    assert daemon.stop() == 1
+    events = [e.get("event") for e in daemon.logs]
+    assert events.index("draining") < events.index("pipeline_failed") < events.index("stopped")
+    failed = daemon.wait_event("pipeline_failed", 5)
+    assert "model 'face': every replica failed (device 0: " in failed["error"]
+    final = daemon.final_counts()
+    assert final["received"] == 3 == final["failed_by_reason"]["inference_failed"]
+
+
+def failing_model(path: Path) -> Path:
+    """A model with BlazeFace short range's interface whose every execution fails: input
+    ``input`` float32 (N, 3, 128, 128) reshaped to outputs ``regressors`` (N, 896, 16) and
+    ``classificators`` (N, 896, 1), sizes it does not have (onnxruntime checks only when it
+    runs, as N is dynamic)."""
+    shapes = {"regressors": ["N", 896, 16], "classificators": ["N", 896, 1]}
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["input", f"{n}_shape"], [n]) for n in shapes],
+        "fails",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 128, 128])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()],
+        [
+            helper.make_tensor(f"{n}_shape", TensorProto.INT64, [3], [0, *s[1:]])
+            for n, s in shapes.items()
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_pipeline_failure_during_a_reload_stops_the_daemon(
+    start_daemon: Any, tmp_path: Path
+) -> None:
+    """The running model's one replica leaves rotation (every execution fails;
+    ``max_consecutive_failures = 1``) while a reload's load blocks: the control loop, which
+    runs beside the reload, stops the daemon with ``pipeline_failed`` and exit 1, and the
+    stop abandons the reload. The reload ran on the control loop, which saw nothing."""
+    daemon: Daemon = start_daemon(
+        model_path=failing_model(tmp_path / "fails.onnx"),
+        daemon_extra="max_consecutive_failures = 1",
+    )
+    reload_onto_a_fifo(daemon, tmp_path)
+    daemon.wait_event("reload_loading")
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", limit=1)
+    assert daemon.process.wait(30) == 1
+    daemon.close()
+    events = [e.get("event") for e in daemon.logs]
+    order = ["reload_loading", "pipeline_failed", "draining", "reload_abandoned", "stopped"]
+    assert [events.index(e) for e in order] == sorted(events.index(e) for e in order)
+    final = daemon.final_counts()
+    assert final["received"] == 1 == final["failed_by_reason"]["inference_failed"]
 
 
 def replica_batches(daemon: Daemon) -> dict[str, float]:

@@ -13,6 +13,8 @@ import fcntl
 import json
 import os
 import queue
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -410,6 +412,101 @@ def test_a_stop_during_a_blocked_config_read_is_a_normal_stop(
     assert "reload_skipped" in events and events[-1] == "stopped"
 
 
+def reload_onto_a_fifo(daemon: Daemon, folder: Path) -> Path:
+    """Point the daemon's model at a FIFO nobody writes, and SIGHUP: the reload's load
+    blocks opening it, as a read on a hung network mount does. Returns the FIFO."""
+    fifo = folder / "loading.onnx"
+    os.mkfifo(fifo)
+    source = re.compile('^(asset|path) = ".*"$', re.MULTILINE)  # the model's
+    daemon.config_path.write_text(source.sub(f'path = "{fifo}"', daemon.config_path.read_text()))
+    daemon.process.send_signal(signal.SIGHUP)
+    return fifo
+
+
+def unblock_the_load(fifo: Path, model: Path) -> None:
+    """Put a copy of ``model`` where ``fifo`` was, then let the open waiting on the FIFO
+    return (end of file): the load opens the path again and reads the model."""
+    held = fifo.rename(fifo.with_name("held"))
+    shutil.copyfile(model, fifo)
+    os.close(os.open(held, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_model_load_that_blocks_holds_up_neither_the_watchdog_nor_a_stop(
+    start_daemon: Any, connect: Any, notify: NotifySocket, tmp_path: Path, astronaut: np.ndarray
+) -> None:
+    """A reload whose new model never loads: the control loop goes on pinging the watchdog
+    while the old chain serves, and a SIGTERM drains, abandons the reload and exits 0 within
+    ``drain_timeout_s``. The reload ran on the control thread: no ping came after
+    ``RELOADING=1`` (systemd killed the daemon), and the SIGTERM was never acted on."""
+    daemon: Daemon = start_daemon(env=notify.env(watchdog_usec=1_000_000), drain_timeout_s=1.0)
+    notify.wait("READY=1")
+    reload_onto_a_fifo(daemon, tmp_path)
+    notify.wait("RELOADING=1")
+    for _ in range(2):
+        notify.wait("WATCHDOG=1")
+    daemon.wait_event("reload_loading")
+    notify.wait("WATCHDOG=1")  # the load blocks for good once it began
+    client: Client = connect(daemon)
+    jpeg = cv2.imencode(".jpg", cv2.resize(astronaut, (256, 256)))[1].tobytes()
+    for seq in range(5):
+        client.send_parts(encode_frame("cam", seq, jpeg, encoding="jpeg"))
+    assert [r["error"] for r in client.collect(5)] == [None] * 5
+    daemon.process.send_signal(signal.SIGTERM)
+    assert daemon.process.wait(30) == 0
+    daemon.close()
+    events = [e.get("event") for e in daemon.logs]
+    assert events.index("draining") < events.index("reload_abandoned") < events.index("stopped")
+    states = [text.split("\n")[0] for text in notify.texts()]  # RELOADING=1 has a stamp
+    assert "READY=1" not in states[states.index("RELOADING=1") :]  # it never ended
+    final = daemon.final_counts()
+    assert final["received"] == final["published"] == 5 + client.probes
+
+
+def test_a_chain_loaded_once_the_stop_began_is_released_not_swapped_in(
+    start_daemon: Any, notify: NotifySocket, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """SIGTERM while the new model loads, which it ends during the drain: the stop waits for
+    the reload, which releases the chain it loaded instead of swapping it in."""
+    daemon: Daemon = start_daemon(env=notify.env(watchdog_usec=60_000_000))
+    notify.wait("READY=1")
+    fifo = reload_onto_a_fifo(daemon, tmp_path)
+    daemon.wait_event("reload_loading")
+    daemon.process.send_signal(signal.SIGTERM)
+    daemon.wait_event("draining")
+    unblock_the_load(fifo, assets["blazeface_short_range"])
+    assert daemon.process.wait(30) == 0
+    daemon.close()
+    events = [e.get("event") for e in daemon.logs]
+    assert events.index("draining") < events.index("reload_skipped") < events.index("stopped")
+    assert "reloaded" not in events  # and its models were released without a word:
+    assert [e["event"] for e in daemon.logs if e.get("level") != "info"] == ["reload_skipped"]
+
+
+def test_a_sighup_during_a_reload_reloads_once_it_has_ended(
+    start_daemon: Any, notify: NotifySocket, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """One reload at a time: a SIGHUP while the new model loads (its file a FIFO, until the
+    test moves the model there and lets the waiting open go on) is acted on once that
+    reload has ended with ``READY=1`` and its gauges."""
+    daemon: Daemon = start_daemon(env=notify.env(watchdog_usec=60_000_000))
+    notify.wait("READY=1")
+    fifo = reload_onto_a_fifo(daemon, tmp_path)
+    notify.wait("RELOADING=1")
+    daemon.wait_event("reload_loading")
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_event("signal_received")  # the second: the first came before reload_loading
+    unblock_the_load(fifo, assets["blazeface_short_range"])
+    daemon.wait_event("reloaded")
+    notify.wait("READY=1")
+    assert reload_gauges(daemon)[0] == 1
+    daemon.wait_event("reload_unchanged")  # the second SIGHUP's: the file is as loaded
+    notify.wait("READY=1")
+    states = [text.split("\n")[0] for text in notify.texts()]  # RELOADING=1 has a stamp
+    reloads = [state for state in states if state in ("RELOADING=1", "READY=1")]
+    assert reloads == ["READY=1", *["RELOADING=1", "READY=1"] * 2]
+    assert daemon.stop() == 0
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_while_the_daemon_starts_is_a_normal_stop(
     start_daemon: Any, signum: int
@@ -433,6 +530,21 @@ def _field(status: Path, name: str) -> str:
     """A field of a /proc/PID/status file."""
     line = next(x for x in status.read_text().splitlines() if x.startswith(f"{name}:"))
     return line.split()[1]
+
+
+def test_a_sighup_as_the_daemon_exits_does_not_end_it(start_daemon: Any) -> None:
+    """After its last line, once the daemon no longer catches SIGHUP, SIGHUPs until it has
+    ended: it exits 0. The interpreter, as it ended, put back the default action of the
+    signals it had handlers for, and such a SIGHUP ended the daemon with "Hangup"."""
+    daemon: Daemon = start_daemon()
+    daemon.process.send_signal(signal.SIGTERM)
+    daemon.wait_event("stopped")
+    status, hangup = Path(f"/proc/{daemon.process.pid}/status"), 1 << (signal.SIGHUP - 1)
+    while daemon.process.poll() is None:  # a zombie's status is there until it is reaped
+        if not int(_field(status, "SigCgt"), 16) & hangup:  # its handler is gone
+            daemon.process.send_signal(signal.SIGHUP)
+    assert daemon.process.wait() == 0
+    daemon.close()
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ Module map::
     gears.py          dynamic kind, each batch's gear, its setter, real output dims
     dataset.py        aclmdlDataset + aclDataBuffer
     tdt.py            tdt queue C API through ctypes; withq.py: aclmdlLoadFromFileWithQ
+    queue_binding.py  a queue-mode model and its tdt queues, loaded, released, reloaded
     report.py         the process_report callback thread (async mode)
     model_base.py     what the modes share; model_queue.py / model_async.py / model_sync.py
     operators.py      NMS / top-k as acl.op single operators; single_op.py: one dynamic-shape

@@ -53,7 +53,8 @@ from streamer.runtime.acl.options import (
     parse_model_options,
     parse_options,
 )
-from streamer.runtime.acl.tdt import TdtQueueApi, create_model_queues, queue_prefix
+from streamer.runtime.acl.queue_binding import QueueBinding
+from streamer.runtime.acl.tdt import TdtQueueApi
 from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.acl.withq import WithQLoader
 from streamer.runtime.base import Backend, ModelSpec
@@ -282,17 +283,20 @@ class AclBackend(Backend):
         must fall back to async."""
         assert self._tdt is not None
         tdt = self._tdt
+        binding = QueueBinding(
+            self._acl,
+            tdt,
+            lambda inputs, outputs: self._withq.load(str(spec.path), inputs, outputs),
+            spec.name,
+            device.device_id,
+            options.queue_depth,
+            counts,
+        )
         teardown = Teardown()
         try:
             with teardown.on_error():
-                prefix = queue_prefix(spec.name, device.device_id, *counts)
-                queues = create_model_queues(tdt, prefix, options.queue_depth, *counts, teardown)
-                loaded = load_model(
-                    self._acl,
-                    spec.name,
-                    lambda: self._withq.load(str(spec.path), *queues),
-                    teardown,
-                )
+                teardown.push_call(binding.close)  # whichever model and queues it holds then
+                loaded = binding.bind()
                 parts = ModelParts(
                     self._acl,
                     device,
@@ -302,7 +306,7 @@ class AclBackend(Backend):
                     self._forget,
                     device_outputs=spec.device_outputs,
                 )
-                return QueueModeModel(parts, spec.max_in_flight, tdt, queues)
+                return QueueModeModel(parts, spec.max_in_flight, tdt, binding)
         except AclError as exc:
             if exc.code not in _UNSUPPORTED:
                 raise

@@ -178,19 +178,20 @@ class AclModel(QueueModel):
             idle = not self._device.hung and self._stop()
         finally:
             self._on_close(self)
-            if idle and self._release():
+            if idle and self._release(self._teardown.close):
                 _log.info("acl_model_closed", model=self.info.name, mode=self.mode)
             else:
                 self._abandon()
 
-    def _release(self) -> bool:
-        """Run the releases on a thread of their own, with the device's context, waiting
-        ``result_timeout_ms`` for them. The wait can end only while the releasing thread is
-        in a call that releases the GIL: a tdt queue call through ctypes. ``acl.mdl.unload``
-        (which waits for the model's executions), ``acl.rt.free`` and the other pyACL
-        releases hold it (RT ``python/pyACL/mdl/mdl_wrap.cpp``), so one of them that hangs
-        stops every Python thread until it returns, this wait included; the systemd watchdog
-        then ends the process.
+    def _release(self, release: Callable[[], None]) -> bool:
+        """Run ``release`` (the model's releases, or some of them) on a thread of its own,
+        with the device's context, waiting ``result_timeout_ms`` for it. The wait can end
+        only while the releasing thread is in a call that releases the GIL: a tdt queue
+        call through ctypes. ``acl.mdl.unload`` (which waits for the model's executions),
+        ``acl.rt.free`` and the other pyACL releases hold it (RT
+        ``python/pyACL/mdl/mdl_wrap.cpp``), so one of them that hangs stops every Python
+        thread until it returns, this wait included; the systemd watchdog then ends the
+        process.
 
         Returns:
             False when they did not end in time (the thread is left in the hung call).
@@ -200,14 +201,14 @@ class AclModel(QueueModel):
         """
         failure: list[BaseException] = []
 
-        def release() -> None:
+        def run() -> None:
             try:
                 self._device.activate()
-                self._teardown.close()
+                release()
             except BaseException as exc:  # noqa: BLE001 - raised on the closing thread
                 failure.append(exc)
 
-        thread = threading.Thread(target=release, name=f"release-{self.info.name}", daemon=True)
+        thread = threading.Thread(target=run, name=f"release-{self.info.name}", daemon=True)
         thread.start()
         thread.join(self._options.result_timeout_ms / 1000)
         if thread.is_alive():

@@ -17,8 +17,19 @@ be told apart from the next batch's only by order; with two batches in flight, a
 that failed on the device without stopping the model would shift every later output onto
 the wrong batch (one camera's detections published on another's frames), undetected while
 traffic never pauses. With one in flight, a batch whose output does not come within
-``result_timeout_ms`` makes the model raise :class:`BackendError`, and nothing can be
-misattributed. Replicas (each with its own queues) keep the device busy meanwhile.
+``result_timeout_ms`` makes the model raise :class:`~streamer.errors.OutputLostError`, and
+nothing can be misattributed. Replicas (each with its own queues) keep the device busy meanwhile.
+
+Recovery. After a lost output the model cannot go on as it is: a late output of the lost
+batch would be taken for the next batch's. :meth:`QueueModeModel.reload` puts it in the one
+state where no later output can be misattributed: the model unloaded, its queues destroyed,
+new queues (of new names) created and the model loaded again bound to them
+(:mod:`~streamer.runtime.acl.queue_binding`); the output memory is kept. The unload waits
+for the model's executions, so it runs as a close's releases do: on a thread of its own,
+for at most ``result_timeout_ms``, past which the device is marked hung (where the unload
+holds the GIL, as pyACL's does, the wait cannot end early: a hung execution then stops the
+process until the watchdog ends it). The caller keeps the enqueue thread out of the model
+meanwhile.
 
 Chains (the ``tensor`` adapter; :mod:`~streamer.runtime.acl.device_tensor`). Nothing in the
 seeds' multi-model chaining page ("多模型串联推理": load each model, execute each model) nor in
@@ -46,11 +57,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamer.errors import BackendError, FrameError
+from streamer.errors import BackendError, FrameError, ModelError, OutputLostError
 from streamer.runtime.acl.allocators import DeviceAllocator, readable_allocator
 from streamer.runtime.acl.constants import RunMode
 from streamer.runtime.acl.device_tensor import AclDeviceTensor, HandedOut
-from streamer.runtime.acl.errors import QUEUE_WAIT_CODES, check_ret
+from streamer.runtime.acl.errors import QUEUE_WAIT_CODES, AclError, check_ret
+from streamer.runtime.acl.loaded import LoadedModel
 from streamer.runtime.acl.model_base import (
     AclModel,
     ModelParts,
@@ -59,6 +71,7 @@ from streamer.runtime.acl.model_base import (
     inference_error,
 )
 from streamer.runtime.acl.pool import BlockAllocator, MemoryPool, Segment, footprint
+from streamer.runtime.acl.queue_binding import QueueBinding
 from streamer.runtime.acl.tdt import TdtQueueApi
 from streamer.runtime.acl.transfer import to_array
 from streamer.runtime.base import InferenceOutputs, Tensor, release_inputs
@@ -84,7 +97,8 @@ class QueueModeModel(AclModel):
         max_in_flight: sets of device output memory handed to the next model at most
             (chains); one batch is in flight at a time (module docstring).
         tdt: the queue API.
-        queues: ``(input queue ids, output queue ids)`` the model is bound to.
+        binding: the model and its queues, bound (``parts.loaded`` is its model), released
+            by ``parts.teardown`` and replaced by :meth:`reload`.
 
     Raises:
         AclError: the output memory could not be allocated.
@@ -97,12 +111,13 @@ class QueueModeModel(AclModel):
         parts: ModelParts,
         max_in_flight: int,
         tdt: TdtQueueApi,
-        queues: tuple[Sequence[int], Sequence[int]],
+        binding: QueueBinding,
     ) -> None:
         super().__init__(parts)
         acl, device, loaded, teardown = parts.acl, parts.device, parts.loaded, parts.teardown
         self._tdt = tdt
-        self._inputs, self._outputs = queues
+        self._binding = binding
+        self._inputs, self._outputs = binding.queues
         self._sizes = loaded.description.output_sizes
         self._device_outputs = parts.device_outputs
         self._handed = HandedOut()
@@ -159,7 +174,8 @@ class QueueModeModel(AclModel):
 
         Raises:
             AclError: a queue call failed with something other than empty.
-            BackendError: the oldest batch got no output within ``result_timeout_ms``.
+            OutputLostError: the oldest batch got no output within ``result_timeout_ms``;
+                that batch is given up, and the model takes none until :meth:`reload`.
         """
         if self._tickets and self._tickets[0].error is not None:
             ticket = self._tickets.popleft()
@@ -250,10 +266,57 @@ class QueueModeModel(AclModel):
             return
         waited_ms = (time.monotonic_ns() - self._tickets[0].start_ns) / 1e6
         if waited_ms > self._options.result_timeout_ms:
-            raise BackendError(
+            self._tickets.popleft()  # its slot stays taken: reload() makes a new one
+            self._received = []
+            raise OutputLostError(
                 f"model {self.info.name!r}: no output for a batch enqueued {waited_ms:.0f} ms ago; "
                 "queue mode cannot attribute later outputs (the execution failed on the device)"
             )
+
+    def reload(self) -> None:
+        """Unload the model and destroy its queues, then create new queues and load the
+        model again bound to them (module docstring, "Recovery"); it then takes batches
+        again, one in flight, an :meth:`interrupt` over.
+
+        Thread rules: the dequeue thread's, after :meth:`dequeue` raised
+        :class:`OutputLostError`, while the enqueue thread is kept out of :meth:`enqueue`:
+        neither touches the old queues meanwhile.
+
+        Raises:
+            BackendError: the model is closed; its unload did not end within
+                ``result_timeout_ms`` (the device is then marked hung, and the model is
+                abandoned at its close); a release or the new load failed (what the load
+                created is released first); or the file now loads with other inputs or
+                outputs (changed on disk since the start).
+        """
+        self._raise_if_closed()
+        try:
+            if not self._release(self._binding.unbind):
+                self._device.hung = True
+                raise BackendError(
+                    f"model {self.info.name!r} on device {self.device_id}: its unload did not "
+                    f"end within result_timeout_ms ({self._options.result_timeout_ms} ms): its "
+                    "work on the device did not finish"
+                )
+            loaded = self._binding.bind()
+        except (AclError, ModelError) as exc:
+            raise BackendError(f"model {self.info.name!r}: reload failed: {exc}") from exc
+        self._check_same(loaded)
+        self._loaded = loaded
+        self._inputs, self._outputs = self._binding.queues
+        self._slots = threading.Semaphore(1)
+        self._interrupted.clear()
+
+    def _check_same(self, loaded: LoadedModel) -> None:
+        """Unbind and raise BackendError unless ``loaded`` has the tensors loaded at first."""
+        info = loaded.description.info
+        if (info.inputs, info.outputs) == (self.info.inputs, self.info.outputs):
+            return
+        self._binding.unbind()
+        raise BackendError(
+            f"model {self.info.name!r}: reload failed: its file now loads with other inputs "
+            "or outputs than at the start (changed on disk)"
+        )
 
     def _raise_if_closed(self) -> None:
         if self._closed.is_set():

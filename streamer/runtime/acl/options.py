@@ -98,11 +98,11 @@ class ModelOptions(_Strict):
     )
     result_timeout_ms: PositiveCInt = Field(
         default=10_000,
-        description="queue: longest wait for a batch's outputs before the model is declared "
-        "broken; async: longest wait for a batch's callback before the stream's status "
-        "settles it, and longest stream synchronisation at close; every mode: longest release "
-        "of a closing model, past which it is abandoned, where the release does not hold the "
-        "GIL (ms)",
+        description="queue: longest wait for a batch's outputs before they are given up and "
+        "the model is reloaded; async: longest wait for a batch's callback before the stream's "
+        "status settles it, and longest stream synchronisation at close; every mode: longest "
+        "release of a closing (or reloading) model, past which it is abandoned, where the "
+        "release does not hold the GIL (ms)",
     )
 
 
@@ -167,6 +167,12 @@ class SimOptions(_Strict):
     queue_full_every_n_enqueues: PositiveCInt | None = Field(
         default=None,
         description="fault: every Nth acltdtEnqueueData reports the queue full",
+    )
+    with_q_load_fails_after_n_loads: PositiveCInt | None = Field(
+        default=None,
+        description="fault: every aclmdlLoadFromFileWithQ after the first N fails with "
+        "ACL_ERROR_GE_LOAD_MODEL (545001), e.g. the reload of a queue-mode replica after a "
+        "lost output",
     )
     fail_calls: dict[str, PositiveCInt] = Field(
         default_factory=dict,

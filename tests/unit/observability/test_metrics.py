@@ -33,11 +33,14 @@ def test_counters_and_gauges_are_read_at_scrape_time() -> None:
         {"batcher": 2, "dequeue": 1, "egress": 0},
         {"seq_gaps": 5, "source_restarts": 1, "active_sources": 2, "new_thing": 7},
         retried={"pnet": 0, "onet": 4},
+        recoveries={"pnet": 0, "onet": 2},
     )
     metrics.watch(lambda: sample)
     values = scrape(metrics)
     assert values[("streamer_batches_retried_total", (("model", "pnet"),))] == 0
     assert values[("streamer_batches_retried_total", (("model", "onet"),))] == 4
+    assert values[("streamer_replica_recoveries_total", (("model", "pnet"),))] == 0
+    assert values[("streamer_replica_recoveries_total", (("model", "onet"),))] == 2
     assert values[("streamer_frames_received_total", ())] == 20
     assert values[("streamer_frames_published_total", ())] == 12
     assert values[("streamer_frames_failed_total", (("reason", "decode_failed"),))] == 2

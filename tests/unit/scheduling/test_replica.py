@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from streamer.config import RuntimeConfig
-from streamer.errors import FrameError, Reason
+from streamer.errors import BackendError, FrameError, Reason
 from streamer.frames import Batch
 from streamer.runtime import ModelSpec, open_backend
 from streamer.scheduling import replica as replica_module
@@ -89,3 +89,57 @@ def test_a_batch_is_retried_on_a_replica_that_failed_once(replicas: list[Replica
     replicas[1].took()
     assert dispatcher.retry(batch, replicas[1], error)
     assert replicas[0].submit.get_nowait().retried and replicas[0].in_flight == 1
+
+
+def test_a_recovering_replica_is_out_of_rotation_until_it_is_back(
+    replicas: list[Replica],
+) -> None:
+    """While its model is reloaded a replica draws no batch and takes no retry, as a failed
+    one; back, it serves again, one recovery counted. One that failed meanwhile stays out."""
+    dispatcher = Dispatcher(replicas, threading.Event())
+    replicas[1].begin_recovery("model 'face': no output for a batch enqueued 10001 ms ago")
+    assert not replicas[1].in_rotation and replicas[1].failed is None
+    assert chosen(dispatcher, 4) == [0, 0, 0, 0]
+    batch = Dispatched(Batch([]), [np.zeros((1, 3, 128, 128), np.float32)])
+    error = FrameError(Reason.INFERENCE_FAILED, "ACL_ERROR_GE_FAILURE")
+    replicas[0].took()
+    assert not dispatcher.retry(batch, replicas[0], error)  # the only other one recovers
+    replicas[0].finished()
+    assert replicas[1].recovered() and replicas[1].recoveries == 1
+    assert sorted(chosen(dispatcher, 4)) == [0, 0, 1, 1]
+    replicas[1].begin_recovery("model 'face': no output for a batch enqueued 10002 ms ago")
+    replicas[1].fail("reload after a lost output failed")
+    assert not replicas[1].recovered() and replicas[1].recoveries == 1
+    assert chosen(dispatcher, 2) == [0, 0]
+
+
+def test_a_dispatch_waits_for_a_recovering_replica_and_fails_once_none_is_left(
+    replicas: list[Replica],
+) -> None:
+    """With one replica failed and the other recovering, the stage has not failed: a
+    dispatch waits for the recovering one, rather than raising 'every replica failed', and
+    raises only once that one has failed too."""
+    dispatcher = Dispatcher(replicas, threading.Event())
+    replicas[0].fail("device 0 lost")
+    replicas[1].begin_recovery("model 'face': no output for a batch enqueued 10001 ms ago")
+    inputs = [np.zeros((1, 3, 128, 128), np.float32)]
+    failures: list[BaseException] = []
+
+    def dispatch() -> None:
+        try:
+            dispatcher.dispatch(Batch([]), inputs)
+        except BackendError as exc:  # reported by the test
+            failures.append(exc)
+
+    waiting = threading.Thread(target=dispatch)
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive(), "no replica in rotation: the dispatch waits"
+    assert replicas[1].recovered()
+    waiting.join(5)
+    assert not waiting.is_alive() and failures == [] and replicas[1].submit.full()
+    replicas[1].submit.get_nowait()
+    replicas[1].finished()
+    replicas[1].fail("reload after a lost output failed")
+    with pytest.raises(BackendError, match="every replica failed"):
+        dispatcher.dispatch(Batch([]), inputs)

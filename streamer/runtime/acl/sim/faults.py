@@ -1,6 +1,6 @@
 """Failures injected on request (``[runtime.options.sim]``): failed or slow executions, an
-asynchronous execution that fails on the device, a full tdt queue, or any API returning a
-chosen code."""
+asynchronous execution that fails on the device, a full tdt queue, failed WithQ loads, or any
+API returning a chosen code."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ class Faults:
     Args:
         options: ``fail_every_n_executes``, ``task_fail_every_n_executes``,
             ``device_lost_after_n_executes``, ``execute_delay_ms``,
-            ``queue_full_every_n_enqueues`` and ``fail_calls``.
+            ``queue_full_every_n_enqueues``, ``with_q_load_fails_after_n_loads`` and
+            ``fail_calls``.
     """
 
     def __init__(self, options: SimOptions) -> None:
@@ -29,6 +30,7 @@ class Faults:
         self._per_device: Counter[int] = Counter()
         self._enqueues = 0
         self._async_executions = 0
+        self._with_q_loads = 0
 
     def injected_code(self, api: str) -> int | None:
         """The code every call of ``api`` returns (``fail_calls``), or None."""
@@ -66,3 +68,11 @@ class Faults:
         with self._lock:
             self._enqueues += 1
             return every is not None and self._enqueues % every == 0
+
+    def with_q_load_fails(self) -> bool:
+        """Count one ``aclmdlLoadFromFileWithQ``; True for every one after the first
+        ``with_q_load_fails_after_n_loads``."""
+        after = self._options.with_q_load_fails_after_n_loads
+        with self._lock:
+            self._with_q_loads += 1
+            return after is not None and self._with_q_loads > after

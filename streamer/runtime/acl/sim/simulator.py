@@ -167,10 +167,13 @@ class Simulator:
 
         Raises:
             SimError: an OM2 file (``ACL_ERROR_API_NOT_SUPPORT``), a dynamic-shape model
-                (``ACL_ERROR_GE_PARAM_INVALID``), or wrong queues.
+                (``ACL_ERROR_GE_PARAM_INVALID``), wrong queues, or an injected failure
+                (``with_q_load_fails_after_n_loads``: ``ACL_ERROR_GE_LOAD_MODEL``).
         """
         context = self.devices.current()
         image = self.models.image(path)
+        if self.faults.with_q_load_fails():
+            raise SimError(AclCode.ERROR_GE_LOAD_MODEL, None, "injected load failure")
         if image.om2:
             raise SimError(AclCode.ERROR_API_NOT_SUPPORT, "S17", "OM2 models cannot load WithQ")
         if image.kind != DynamicKind.STATIC:
