@@ -11,6 +11,7 @@ free 127.0.0.1 ports, the HTTP server (for ``/metrics``) on another, JSON logs, 
 from __future__ import annotations
 
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,22 @@ BACKENDS = ("onnxruntime", "acl-sim")
 """Backends the benchmark runs: the embedded default, and the ACL backend on its simulator."""
 
 
+_given: set[int] = set()
+_given_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A TCP port free on 127.0.0.1 now (the OS picks it), never one this process was given
+    before: the OS may pick a port again once its probe is closed, and a daemon given one
+    port for two endpoints fails to start."""
+    with _given_lock:
+        while True:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = int(probe.getsockname()[1])
+            if port not in _given:
+                _given.add(port)
+                return port
 
 
 @dataclass(frozen=True)
