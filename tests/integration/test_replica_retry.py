@@ -167,13 +167,14 @@ def test_a_replica_on_a_failure_streak_gets_no_batch_until_its_probe_is_due(
     """No probe is due within the test: once its first failure is counted, the lost
     replica runs only the batches it held then: at most two in the model (max_in_flight,
     the failed one included), one being enqueued, one in its submit queue and one the
-    batcher was handing it. Before, it drew most of the 40 batches: it failed them at once,
-    so it always had the fewest in flight."""
+    batcher was handing it; and one more, dispatched before its second failure in a row
+    (STREAK_FAILURES) puts it on a streak. Before, it drew most of the 40 batches: it failed
+    them at once, so it always had the fewest in flight."""
     monkeypatch.setattr(replica_module, "PROBE_INTERVAL_S", 3600.0)
     inputs = tensors(40)
     run = run_stage(face_model, {"device_lost_after_n_executes": {1: 2}}, inputs, 100)
     assert_all_served(run, reference(short_range_model, inputs))
-    assert run.executions[1] - 2 <= 5  # its failed executions
+    assert run.executions[1] - 2 <= 6  # its failed executions
     assert run.executions[0] == 40 - 2
 
 
