@@ -186,7 +186,8 @@ class DaemonConfig(_Strict):
     max_consecutive_failures: PositiveCInt = Field(
         10,
         description="failed executions in a row that take a model replica out of rotation "
-        "(probes included: README 'Chains of models and several devices'); the daemon stops "
+        "(probes included, and on ACL queue mode lost outputs, each followed by a reload of "
+        "the model: README 'Chains of models and several devices'); the daemon stops "
         "(exit 1) only when every replica of a stage is out",
     )
     http_address: str = Field(
