@@ -25,9 +25,11 @@ _POLL_S = 0.1
 class Enqueuer(Worker):
     """Takes dispatched batches, enqueues them, records them in the replica's ledger.
 
-    On a replica out of rotation (failed, or recovering: :mod:`~streamer.scheduling.recovery`)
-    it enqueues nothing: each batch it takes is retried on another replica (put in that one's
-    submit queue, whose enqueue thread enqueues it) or failed.
+    On a replica out of rotation it enqueues nothing. A failed one's batches are retried on
+    another replica (put in that one's submit queue, whose enqueue thread enqueues it) or
+    failed. A recovering one's (:mod:`~streamer.scheduling.recovery`) never ran, so they move
+    to a replica in rotation without using their retry, or wait until one is back, this one
+    included: a lost output costs its own batch at most, not the ones queued behind it.
 
     Args:
         replica: the replica it feeds.
@@ -55,22 +57,42 @@ class Enqueuer(Worker):
             self._enqueue(item)
 
     def _enqueue(self, dispatched: Dispatched) -> None:
-        """Enqueue, or on a replica out of rotation (failed, or recovering) refuse the
-        batch: another replica takes it (it then leaves this one), or its frames fail (its
+        """Enqueue; on a recovering replica move the batch, or wait; on a failed one refuse
+        it: another replica takes it (it then leaves this one), or its frames fail (its
         device inputs released). Only a batch the model took is in its ledger."""
         replica = self._replica
-        with replica.enqueue_lock:  # a recovery reloads the model only while it is free
-            if replica.in_rotation:
-                taken = self._into_model(dispatched)
-            else:
-                release_inputs(dispatched.inputs)  # device tensors only: never retried
-                taken = False
-        if taken is None:  # interrupted: the chain was given up
-            return
-        if not taken and replica.refuse(dispatched):
+        while True:
+            with replica.enqueue_lock:  # a recovery reloads the model only while it is free
+                entered = replica.in_rotation
+                taken = self._into_model(dispatched) if entered else False
+            if taken is None:  # interrupted: the chain was given up
+                return
+            if taken:
+                replica.ledger.put(dispatched)
+                return
+            if not self._movable(dispatched, entered):
+                break
+            if self._abort.is_set():
+                return
+            if replica.dispatcher is not None and replica.dispatcher.move(dispatched, replica):
+                replica.finished()
+                return
+            if replica.dispatcher is not None:
+                replica.dispatcher.wait_settled(_POLL_S)  # a replica back, this one included
+        if not entered:
+            release_inputs(dispatched.inputs)  # device tensors only: never retried
+        if replica.refuse(dispatched):
             replica.finished()
             return
         replica.ledger.put(dispatched)
+
+    def _movable(self, dispatched: Dispatched, entered: bool) -> bool:
+        """Whether a batch the model did not take never ran and may still run elsewhere: the
+        replica is recovering (not failed), and its inputs were not released by an enqueue
+        the recovery interrupted (device tensors are, host arrays need no release)."""
+        if self._replica.recovering is None or self._replica.failed is not None:
+            return False
+        return not entered or dispatched.host_inputs
 
     def _into_model(self, dispatched: Dispatched) -> bool | None:
         """The model's ``enqueue``: True if it took the batch; False if it raised (which

@@ -14,8 +14,9 @@ model (:meth:`~streamer.runtime.base.QueueModel.reload`):
    row, lost outputs and recoveries included, leaves rotation for good instead;
 3. the dequeue thread takes the replica's ``enqueue_lock``, which the enqueue thread holds
    only while in the model's ``enqueue``, and reloads the model with it held: neither
-   thread touches the old queues meanwhile, and the enqueue thread retries elsewhere (or
-   fails) every batch it takes while the replica is out of rotation;
+   thread touches the old queues meanwhile, and the enqueue thread moves every batch it
+   takes while the replica is out of rotation to a replica in rotation, or waits for one
+   (this one included): those batches never ran, so they keep their retry;
 4. the replica goes back into rotation (``replica_recovered``), or, when the reload failed,
    leaves it for good (``replica_failed``).
 

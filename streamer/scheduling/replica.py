@@ -24,9 +24,12 @@ replica of a stage is left, the dispatcher raises and the daemon stops; so it do
 (:mod:`~streamer.scheduling.device_paths`).
 
 A replica whose model lost an output (ACL queue mode) is *recovering*: out of rotation as a
-failed one is (its batches retried elsewhere), while its dequeue thread reloads the model
-(:mod:`~streamer.scheduling.recovery`); then it is back in rotation. It does not count as
-failed: while every replica of a stage is recovering, dispatches wait for one to come back.
+failed one is, while its dequeue thread reloads the model
+(:mod:`~streamer.scheduling.recovery`); then it is back in rotation. Its lost batch is retried
+as a failed one; the batches queued behind it never ran, so they move to a replica in
+rotation without using their retry (:meth:`Dispatcher.move`), or wait for one to come back.
+It does not count as failed: while every replica of a stage is recovering, dispatches wait
+for one to come back.
 """
 
 from __future__ import annotations
@@ -94,10 +97,15 @@ class Dispatched:
     retried: bool = False
 
     @property
+    def host_inputs(self) -> bool:
+        """Every input a host array (a device tensor lives on one device, in memory of the
+        model that made it)."""
+        return all(isinstance(t, np.ndarray) for t in self.inputs)
+
+    @property
     def retryable(self) -> bool:
-        """Not retried yet, and every input a host array (a device tensor lives on one
-        device, in memory of the model that made it)."""
-        return not self.retried and all(isinstance(t, np.ndarray) for t in self.inputs)
+        """Not retried yet, and every input a host array."""
+        return not self.retried and self.host_inputs
 
 
 class Replica:
@@ -351,6 +359,39 @@ class Dispatcher:
             source.retried += 1
         _log_retry(frames, source, target, error)
         return True
+
+    def move(self, dispatched: Dispatched, source: Replica) -> bool:
+        """Queue a batch that ``source`` took while recovering and never ran on another
+        replica in rotation, the least busy, one without a streak first (on ``source``'s
+        device when its inputs are device tensors); its retry stays unused. The calling
+        enqueue thread's; waits for room one poll at most.
+
+        Returns:
+            True if queued: the target counts it in flight and its threads finish it.
+        """
+        others = [
+            r
+            for r in self.replicas
+            if r is not source
+            and r.in_rotation
+            and (dispatched.host_inputs or r.device == source.device)
+        ]
+        target = min(others, key=lambda r: (r.on_streak, r.in_flight), default=None)
+        if target is None:
+            return False
+        target.took()
+        try:
+            target.submit.put(dispatched, timeout=_POLL_S)
+        except queue.Full:
+            target.finished()
+            return False
+        return True
+
+    def wait_settled(self, timeout_s: float) -> None:
+        """Wait at most ``timeout_s`` for a batch to leave a replica or a replica to come
+        back into rotation (:meth:`settle`)."""
+        with self._settled:
+            self._settled.wait(timeout_s)
 
     def settle(self) -> None:
         """A batch left a replica (dequeued, or handed on), or a replica came back into

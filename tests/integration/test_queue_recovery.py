@@ -287,3 +287,28 @@ def test_a_give_up_during_a_recovery_ends_it_cleanly(face_model: Path) -> None:
     with_q_loads = run.backend.simulator.log.names("aclmdlLoadFromFileWithQ")
     assert with_q_loads == ["aclmdlLoadFromFileWithQ"]  # the first load only
     assert_clean(run)
+
+
+def test_batches_queued_behind_a_lost_output_never_fail_for_it(
+    face_model: Path, short_range_model: Path
+) -> None:
+    """Every third execution fails on the device, on four replicas over two devices. The
+    batches a replica held behind its lost one (in its submit queue, or waiting for the
+    model's slot) never ran: they move to a replica in rotation, or wait for one, keeping
+    their retry. Before, each was refused with ``reloading its model after a lost output``
+    and used its retry there, so half the failed frames had never run. Now a frame fails
+    only when its own execution was lost, and its retry lost too or not placed."""
+    inputs = tensors(60)
+    run = run_stage(face_model, {"fail_every_n_executes": 3}, inputs, devices=(0, 0, 1, 1))
+    assert [w.failure for w in run.workers] == [None] * len(run.workers)
+    assert [f.seq for f in run.frames] == list(range(len(inputs)))
+    failed = [f.error for f in run.frames if f.error is not None]
+    assert [e.detail for e in failed if "reloading its model" in e.detail] == []
+    lost = run.backend.simulator.queues.failed_executions
+    assert len(failed) <= lost
+    expected = reference(short_range_model, inputs)
+    for frame in run.frames:
+        if frame.error is None:
+            np.testing.assert_allclose(frame.results["regressors"], expected[frame.seq], atol=1e-4)
+    assert [r.failed for r in run.replicas] == [None] * 4
+    assert_clean(run)
