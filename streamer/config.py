@@ -155,7 +155,11 @@ class DaemonConfig(_Strict):
         description="at a reload, longest wait for the config file's read (a hung mount), then "
         "the reload is rejected; and longest wait for the old chain to finish the frames "
         "queued before the switch, then it is given up and the frames it holds are dropped "
-        "(the reload runs beside the control loop, which goes on pinging the watchdog)",
+        "(the reload runs beside the control loop, which goes on pinging the watchdog). The "
+        "new models' load has no limit (it cannot be cancelled): while a reload runs, "
+        "reload_in_progress is logged this long after the SIGHUP and every this long after "
+        "that; later reloads wait for it (reload_deferred), and a load that hangs is cleared "
+        "only by a restart",
     )
     decode_workers: int = Field(0, ge=0, le=1024, description="0 = one per CPU core")
     queue_size: PositiveCInt = Field(64, description="frames buffered between two stages")

@@ -14,11 +14,15 @@ housekeeping, sends ``WATCHDOG=1`` when a ping is due and the pipeline is not st
 handed to :meth:`Pipeline.reload` on another (:class:`~streamer.pipeline_reload.
 PipelineReload`), so neither a read that blocks nor the new models' loading nor the old
 chain's drain holds up the ticks or a stop; a config that does not load is rejected and the
-running one kept. One reload runs at a time: a SIGHUP meanwhile is acted on after it.
-``READY=1`` ends every reload, whatever its outcome: ``streamer_config_last_reload_successful``
-in ``/metrics`` (1 at start and after a reload whose whole file is in force, else 0) and the
-log tell. SIGINT and SIGTERM end the loop, and so does a pipeline failure, during a reload
-too: ``STOPPING=1``, ``/readyz`` fails, the pipeline drains for at most
+running one kept. One reload runs at a time: a SIGHUP meanwhile is logged as deferred
+(``reload_deferred``) and acted on after it, however many came. A model load has no bound (it
+cannot be cancelled): while a reload runs, ``reload_in_progress`` says so every
+``reload_timeout_s``, ``STATUS=`` and ``streamer_reload_in_progress_seconds`` tell how long
+(:mod:`streamer.reload_progress`). ``READY=1`` ends every reload, whatever its outcome, once
+it has ended: ``streamer_config_last_reload_successful`` in ``/metrics`` (1 at start and
+after a reload whose whole file is in force, else 0) and the log tell. SIGINT and SIGTERM
+end the loop, and so does a pipeline failure, during a reload too: ``STOPPING=1``,
+``/readyz`` fails, the pipeline drains for at most
 ``daemon.drain_timeout_s`` (a reload under way gets the same time to end, its old chain's
 drain cut short; one whose load has not returned by then is abandoned, ``reload_abandoned``)
 and the last log line, ``stopped``, gives the counts.
@@ -56,6 +60,7 @@ from streamer.observability.systemd import Notifier
 from streamer.pipeline import Pipeline
 from streamer.pipeline_reload import PipelineReload
 from streamer.release import close_logged
+from streamer.reload_progress import ReloadProgress
 from streamer.signals import DAEMON_SIGNALS, SignalFlag, release_daemon_signals
 
 __all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_USAGE", "exit_daemon", "run_daemon"]
@@ -238,6 +243,7 @@ class _Control:
         self._read: ConfigRead | None = None
         self._blocked_reads: list[ConfigRead] = []  # reads given up on, perhaps not ended
         self._reload: PipelineReload | None = None
+        self._under_way: ReloadProgress | None = None  # from RELOADING=1 to READY=1
         self._reload_error: str | None = None  # a reload that ended half-way: stop
         self._stopping = threading.Event()  # the loop ended: a reload under way cuts short
 
@@ -258,7 +264,8 @@ class _Control:
         failed = self._loop()
         self._stopping.set()
         self._requests.log_received()
-        if self._requests.reload.is_set() or self._read is not None:
+        deferred = self._under_way is not None and self._under_way.deferred
+        if self._requests.reload.is_set() or self._read is not None or deferred:
             _log.warning("reload_skipped", reason="the daemon is stopping")
         return self._drain(failed)
 
@@ -297,32 +304,53 @@ class _Control:
             self._next_ping_s = now_s + self._ping_s
         if now_s >= self._next_status_s:
             rate = self._progress.rate_per_s(snapshot, now_s)
-            self._notifier.status(status_line(self._progress.state(now_s), snapshot, rate))
+            self._notifier.status(status_line(self._state(now_s), snapshot, rate))
             self._next_status_s = now_s + self._pipeline.config.daemon.status_interval_s
 
+    def _state(self, now_s: float) -> str:
+        """The state for ``STATUS=``: ``running`` or ``stalled N s``, and the reload under
+        way, e.g. ``running, reload loading for 45 s``."""
+        state = self._progress.state(now_s)
+        if self._under_way is None:
+            return state
+        return f"{state}, {self._under_way.describe(now_s)}"
+
     def _reload_step(self, now_s: float) -> None:
-        """Go on with the reload a SIGHUP asked for, one at a time (a SIGHUP meanwhile waits
-        for its end): ``RELOADING=1``, the file read on a :class:`ConfigRead` thread and
-        given up after ``reload_timeout_s``, then the config read handed to the pipeline on
-        a :class:`PipelineReload` thread. ``READY=1`` and the
-        ``streamer_config_last_reload_*`` gauges end every reload."""
+        """Go on with the reload a SIGHUP asked for, one at a time: ``RELOADING=1``, the file
+        read on a :class:`ConfigRead` thread and given up after ``reload_timeout_s``, then
+        the config read handed to the pipeline on a :class:`PipelineReload` thread, whose
+        load has no bound. ``READY=1`` and the ``streamer_config_last_reload_*`` gauges end
+        every reload. While it runs, a SIGHUP is deferred until its end and the reload's
+        progress reported (:meth:`ReloadProgress.defer`, :meth:`ReloadProgress.report`)."""
+        self._advance_reload(now_s)
+        if self._under_way is not None:
+            if self._requests.reload.is_set():
+                self._requests.reload.clear()
+                self._under_way.defer(now_s)
+            self._under_way.report(now_s)
+
+    def _advance_reload(self, now_s: float) -> None:
+        """End the pipeline's reload once its thread has, go on with the file's read, or
+        begin the reload a SIGHUP asked for."""
         if self._reload is not None:
             self._reload_ended()
             return
         wait_s = 0.0
         if self._read is None:
-            if not self._begin_read():
+            if not self._begin_read(now_s):
                 return
             wait_s = self._tick_s  # a read that ends at once ends this tick
         self._read_step(now_s, wait_s)
 
-    def _begin_read(self) -> bool:
+    def _begin_read(self, now_s: float) -> bool:
         """Begin the reload a SIGHUP asked for, if any, with a read of the file; False when
         none was asked for or it was rejected at once."""
         if not self._requests.reload.is_set():
             return False
         self._requests.reload.clear()
         self._notifier.reloading()
+        self._under_way = ReloadProgress(now_s, self._pipeline.config.daemon.reload_timeout_s)
+        self._metrics.observe_reload(now_s)
         self._blocked_reads = [r for r in self._blocked_reads if not r.wait(0)]
         if len(self._blocked_reads) >= MAX_BLOCKED_READS:
             self._reject(
@@ -342,7 +370,9 @@ class _Control:
             if isinstance(result, str):
                 self._reject(result)
             else:
-                self._reload = PipelineReload(self._pipeline, result, self._stopping)
+                assert self._under_way is not None  # it began with the read
+                progress = self._under_way
+                self._reload = PipelineReload(self._pipeline, result, self._stopping, progress)
         elif now_s - self._read.started_s >= self._pipeline.config.daemon.reload_timeout_s:
             timeout_s = self._pipeline.config.daemon.reload_timeout_s
             self._blocked_reads.append(self._read)
@@ -373,21 +403,34 @@ class _Control:
         self._end_reload(in_force=False)
 
     def _end_reload(self, in_force: bool) -> None:
+        """The reload has ended: the gauges, ``READY=1``; the SIGHUPs deferred meanwhile ask
+        for the next one."""
+        deferred = self._forget_reload()
         self._metrics.observe_config(in_force, time.time())
         self._notifier.ready()
+        if deferred:
+            self._requests.reload.set()
+
+    def _forget_reload(self) -> bool:
+        """No reload is under way any more (``streamer_reload_in_progress_seconds`` reads
+        0); whether a SIGHUP was deferred during the one that was."""
+        deferred = self._under_way is not None and self._under_way.deferred
+        self._under_way = None
+        self._metrics.observe_reload(None)
+        return deferred
 
     def _finish_reload(self, deadline_s: float) -> None:
         """At a stop, wait for a reload under way until ``deadline_s`` (``time.monotonic()``
         s): a chain it loads meanwhile is released before the backend closes. One still
         running then (a load that does not return) is abandoned, ``reload_abandoned``: its
         daemon thread does not hold up the exit. No ``READY=1``: the daemon is stopping."""
-        if self._reload is None:
-            return
-        if self._reload.wait(max(0.0, deadline_s - time.monotonic())):
-            self._reload_outcome(self._reload.result())
-        else:
-            _log.warning("reload_abandoned", reason="its models have not loaded")
-        self._reload = None
+        if self._reload is not None:
+            if self._reload.wait(max(0.0, deadline_s - time.monotonic())):
+                self._reload_outcome(self._reload.result())
+            else:
+                _log.warning("reload_abandoned", reason="its models have not loaded")
+            self._reload = None
+        self._forget_reload()  # a deferred SIGHUP was reported skipped as the loop ended
 
     def _drain(self, failed: bool) -> int:
         """STOPPING=1, drain, the final ``stopped`` line; returns the exit code."""

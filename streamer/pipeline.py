@@ -37,6 +37,7 @@ from streamer.lifecycle import Status, Worker
 from streamer.model_stages import ModelStage, load_chain
 from streamer.observability.metrics import PipelineMetrics, PipelineSample
 from streamer.release import close_all, close_logged
+from streamer.reload_progress import ReloadProgress, ReloadStage
 from streamer.runtime import Backend, QueueModel, check_runtime, open_backend
 from streamer.scheduling.admission import AdmissionQueue
 from streamer.scheduling.chain import make_items
@@ -322,7 +323,12 @@ class Pipeline:
             return None
         return self._pool.submit(prepare_frame, frame, stage, limits, keep)
 
-    def reload(self, config: Config, stop: StopRequest | None = None) -> bool:
+    def reload(
+        self,
+        config: Config,
+        stop: StopRequest | None = None,
+        progress: ReloadProgress | None = None,
+    ) -> bool:
         """Replace the chain of models by the one of ``config`` when its models changed,
         without losing a frame.
 
@@ -339,7 +345,8 @@ class Pipeline:
         and :meth:`sample` read a consistent pipeline, and :meth:`stop` waits for a swap
         under way. A chain that loaded once ``stop`` was set or :meth:`stop` began is
         released instead (``reload_skipped``), or left to the process exit once
-        :meth:`close` began.
+        :meth:`close` began. ``progress``, if given, enters ``swapping`` as the old chain
+        begins to drain.
 
         Returns:
             True if the whole new config is in force (also when nothing changed); False if
@@ -367,10 +374,14 @@ class Pipeline:
         except Exception as exc:  # noqa: BLE001 - what was loaded is released
             _log_rejected(exc)
             return False
-        return self._put_in_service(config, stages, stop) and not changed
+        return self._put_in_service(config, stages, stop, progress) and not changed
 
     def _put_in_service(
-        self, config: Config, stages: list[ModelStage], stop: StopRequest | None
+        self,
+        config: Config,
+        stages: list[ModelStage],
+        stop: StopRequest | None,
+        progress: ReloadProgress | None,
     ) -> bool:
         """Start the loaded ``stages`` as a chain and swap it in; False if it did not start
         (``reload_rejected``, ``reload_failed``) or the daemon began stopping
@@ -388,6 +399,8 @@ class Pipeline:
             except Exception as exc:  # noqa: BLE001 - what was loaded or started is released
                 _log_rejected(exc)
                 return False
+            if progress is not None:
+                progress.enter(ReloadStage.SWAPPING)
             launched = self._swap(chain, stages, stop)
             update = {"models": config.models, "source_file": config.source_file}
             self.config = self.config.model_copy(update=update)

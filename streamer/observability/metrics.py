@@ -42,6 +42,8 @@ each result leaves. The split follows Triton's queue / compute / request duratio
     streamer_egress_dropped_results_total{egress}      counter   results a socket had no room for
     streamer_config_last_reload_successful             gauge     1: the config file is in force
     streamer_config_last_reload_success_timestamp_seconds gauge  start or last good reload
+    streamer_reload_in_progress_seconds                gauge     how long the reload under
+                                                                 way has run, 0 when none
 
 plus the library's ``process_*`` (memory, CPU, file descriptors) and ``python_info``. Labels
 are bounded: model names come from the config, reasons from :class:`~streamer.errors.Reason`,
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -283,6 +286,12 @@ class PipelineMetrics:
             "Unix time of the start or of the last successful reload.",
             registry=self.registry,
         )
+        self._reload_started_s: float | None = None
+        Gauge(
+            "streamer_reload_in_progress_seconds",
+            "Seconds the reload under way (SIGHUP) has run; 0 when none.",
+            registry=self.registry,
+        ).set_function(self._reload_running_s)
         self._per_model = [
             self._batch_size,
             self._rows,
@@ -383,6 +392,16 @@ class PipelineMetrics:
         self._config_in_force.set(1 if in_force else 0)
         if in_force:
             self._config_in_force_at_s.set(wall_s)
+
+    def observe_reload(self, started_s: float | None) -> None:
+        """The reload under way: when it began (``time.monotonic()`` s), None once it has
+        ended (``streamer_reload_in_progress_seconds`` then reads 0); the control thread's."""
+        self._reload_started_s = started_s
+
+    def _reload_running_s(self) -> float:
+        """``streamer_reload_in_progress_seconds`` at scrape time (any thread)."""
+        started_s = self._reload_started_s  # one read: the control thread may clear it
+        return 0.0 if started_s is None else time.monotonic() - started_s
 
     def observe_dropped(self, egress: str) -> None:
         """One result the ``egress`` socket (its ``[[egress]]`` name) had no room for."""

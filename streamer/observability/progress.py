@@ -100,7 +100,8 @@ def status_line(state: str, snapshot: OutcomeSnapshot, frames_per_s: float) -> s
     dropped 5``.
 
     Args:
-        state: ``running``, ``stalled N s`` (:meth:`ProgressMonitor.state`) or ``stopped``.
+        state: ``running``, ``stalled N s`` (:meth:`ProgressMonitor.state`) or ``stopped``;
+            while a reload runs, followed by it (``running, reload loading for 45 s``).
         snapshot: the current outcome counts.
         frames_per_s: recent throughput (frames completed per second).
     """

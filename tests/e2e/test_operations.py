@@ -435,10 +435,15 @@ def test_a_model_load_that_blocks_holds_up_neither_the_watchdog_nor_a_stop(
     start_daemon: Any, connect: Any, notify: NotifySocket, tmp_path: Path, astronaut: np.ndarray
 ) -> None:
     """A reload whose new model never loads: the control loop goes on pinging the watchdog
-    while the old chain serves, and a SIGTERM drains, abandons the reload and exits 0 within
+    while the old chain serves, says the reload still runs, and a SIGTERM drains, skips the
+    reload a later SIGHUP waits for, abandons the one under way and exits 0 within
     ``drain_timeout_s``. The reload ran on the control thread: no ping came after
     ``RELOADING=1`` (systemd killed the daemon), and the SIGTERM was never acted on."""
-    daemon: Daemon = start_daemon(env=notify.env(watchdog_usec=1_000_000), drain_timeout_s=1.0)
+    daemon: Daemon = start_daemon(
+        env=notify.env(watchdog_usec=1_000_000),
+        drain_timeout_s=1.0,
+        daemon_extra="reload_timeout_s = 0.5",
+    )
     notify.wait("READY=1")
     reload_onto_a_fifo(daemon, tmp_path)
     notify.wait("RELOADING=1")
@@ -446,6 +451,9 @@ def test_a_model_load_that_blocks_holds_up_neither_the_watchdog_nor_a_stop(
         notify.wait("WATCHDOG=1")
     daemon.wait_event("reload_loading")
     notify.wait("WATCHDOG=1")  # the load blocks for good once it began
+    assert daemon.wait_event("reload_in_progress")["stage"] == "loading"
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_event("reload_deferred")
     client: Client = connect(daemon)
     jpeg = cv2.imencode(".jpg", cv2.resize(astronaut, (256, 256)))[1].tobytes()
     for seq in range(5):
@@ -455,9 +463,11 @@ def test_a_model_load_that_blocks_holds_up_neither_the_watchdog_nor_a_stop(
     assert daemon.process.wait(30) == 0
     daemon.close()
     events = [e.get("event") for e in daemon.logs]
-    assert events.index("draining") < events.index("reload_abandoned") < events.index("stopped")
+    order = ["reload_skipped", "draining", "reload_abandoned", "stopped"]
+    assert [events.index(event) for event in order] == sorted(events.index(e) for e in order)
     states = [text.split("\n")[0] for text in notify.texts()]  # RELOADING=1 has a stamp
     assert "READY=1" not in states[states.index("RELOADING=1") :]  # it never ended
+    assert states.count("RELOADING=1") == 1  # the deferred one never began
     final = daemon.final_counts()
     assert final["received"] == final["published"] == 5 + client.probes
 
@@ -485,21 +495,40 @@ def test_a_chain_loaded_once_the_stop_began_is_released_not_swapped_in(
 def test_a_sighup_during_a_reload_reloads_once_it_has_ended(
     start_daemon: Any, notify: NotifySocket, tmp_path: Path, assets: dict[str, Path]
 ) -> None:
-    """One reload at a time: a SIGHUP while the new model loads (its file a FIFO, until the
-    test moves the model there and lets the waiting open go on) is acted on once that
-    reload has ended with ``READY=1`` and its gauges."""
-    daemon: Daemon = start_daemon(env=notify.env(watchdog_usec=60_000_000))
+    """One reload at a time: SIGHUPs while the new model loads (its file a FIFO, until the
+    test moves the model there and lets the waiting open go on) are each logged as deferred,
+    and one reload follows once that reload has ended with ``READY=1`` and its gauges. A
+    load that does not end is said every ``reload_timeout_s``, in ``STATUS=`` and in
+    ``/metrics``, while the probes stay ready: the running config serves."""
+    daemon: Daemon = start_daemon(
+        env=notify.env(watchdog_usec=60_000_000),
+        daemon_extra="reload_timeout_s = 0.5\nstatus_interval_s = 0.2",
+    )
     notify.wait("READY=1")
     fifo = reload_onto_a_fifo(daemon, tmp_path)
     notify.wait("RELOADING=1")
     daemon.wait_event("reload_loading")
-    daemon.process.send_signal(signal.SIGHUP)
-    daemon.wait_event("signal_received")  # the second: the first came before reload_loading
+    first, second = (daemon.wait_event("reload_in_progress") for _ in range(2))
+    assert first["stage"] == second["stage"] == "loading"
+    assert 0.5 <= first["running_s"] < second["running_s"] and not second["deferred"]
+    notify.wait("STATUS=running, reload loading for ")
+    running = ("streamer_reload_in_progress_seconds", ())
+    assert scrape(daemon)[running] >= 2 * 0.5  # it began before the second line was due
+    assert get(daemon.http + "/readyz") == (
+        200,
+        {"ready": True, "status": "running", "reasons": []},
+    )
+    for _ in range(3):
+        daemon.process.send_signal(signal.SIGHUP)
+        deferred = daemon.wait_event("reload_deferred")
+        assert deferred["stage"] == "loading" and deferred["running_s"] >= second["running_s"]
+    assert daemon.wait_event("reload_in_progress")["deferred"]
     unblock_the_load(fifo, assets["blazeface_short_range"])
     daemon.wait_event("reloaded")
     notify.wait("READY=1")
     assert reload_gauges(daemon)[0] == 1
-    daemon.wait_event("reload_unchanged")  # the second SIGHUP's: the file is as loaded
+    assert scrape(daemon)[running] == 0
+    daemon.wait_event("reload_unchanged")  # the deferred SIGHUPs': the file is as loaded
     notify.wait("READY=1")
     states = [text.split("\n")[0] for text in notify.texts()]  # RELOADING=1 has a stamp
     reloads = [state for state in states if state in ("RELOADING=1", "READY=1")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -122,6 +124,16 @@ def test_config_gauges_keep_the_time_of_the_last_config_in_force() -> None:
     assert scrape(metrics)[successful] == 0 and scrape(metrics)[at_s] == 1_700_000_000.0
     metrics.observe_config(True, 1_700_000_120.0)
     assert scrape(metrics)[successful] == 1 and scrape(metrics)[at_s] == 1_700_000_120.0
+
+
+def test_the_reload_gauge_reads_how_long_the_reload_under_way_has_run() -> None:
+    metrics = PipelineMetrics()
+    running = ("streamer_reload_in_progress_seconds", ())
+    assert scrape(metrics)[running] == 0
+    metrics.observe_reload(time.monotonic() - 90.0)
+    assert 90.0 <= scrape(metrics)[running] < 3600.0
+    metrics.observe_reload(None)
+    assert scrape(metrics)[running] == 0
 
 
 def models_labelled(metrics: PipelineMetrics) -> set[str]:
