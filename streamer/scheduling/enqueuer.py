@@ -70,15 +70,14 @@ class Enqueuer(Worker):
             if taken:
                 replica.ledger.put(dispatched)
                 return
-            if not self._movable(dispatched, entered):
+            if replica.dispatcher is None or not self._movable(dispatched, entered):
                 break
             if self._abort.is_set():
                 return
-            if replica.dispatcher is not None and replica.dispatcher.move(dispatched, replica):
+            if replica.dispatcher.move(dispatched, replica):
                 replica.finished()
                 return
-            if replica.dispatcher is not None:
-                replica.dispatcher.wait_settled(_POLL_S)  # a replica back, this one included
+            # A poll passed with no replica to take it: this one may be back in rotation.
         if not entered:
             release_inputs(dispatched.inputs)  # device tensors only: never retried
         if replica.refuse(dispatched):

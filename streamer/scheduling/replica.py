@@ -37,7 +37,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -342,18 +342,20 @@ class Dispatcher:
         without a failure streak, the least busy, preferably on another device; once per
         batch, and only with host inputs; logs ``batch_retried`` (budgeted). Called by
         ``source``'s threads while the batch still counts in flight there. Waits at most
-        :data:`RETRY_WAIT_S` for room, less on abort.
+        :data:`RETRY_WAIT_S` for room or for a replica back in rotation, less on abort.
 
         Returns:
             True if queued: the target counts it in flight and its threads finish it; False
-            if not (retried before, device inputs, no such replica, no room): the caller
+            if not (retried before, device inputs, no replica with room in time): the caller
             fails its frames.
         """
-        target = self._retry_target(source) if dispatched.retryable else None
-        if target is None:
+        if not dispatched.retryable:
             return False
         frames = len(dispatched.batch.good)  # the target may finish it before the log line
-        if not self._offer(target, Dispatched(dispatched.batch, dispatched.inputs, True)):
+        retried = Dispatched(dispatched.batch, dispatched.inputs, True)
+        deadline = time.monotonic() + RETRY_WAIT_S
+        target = self._place(retried, lambda: self._retry_target(source), deadline)
+        if target is None:
             return False
         with self._count_lock:
             source.retried += 1
@@ -362,36 +364,28 @@ class Dispatcher:
 
     def move(self, dispatched: Dispatched, source: Replica) -> bool:
         """Queue a batch that ``source`` took while recovering and never ran on another
-        replica in rotation, the least busy, one without a streak first (on ``source``'s
-        device when its inputs are device tensors); its retry stays unused. The calling
-        enqueue thread's; waits for room one poll at most.
+        replica in rotation: one without a streak first, then one with room, then the least
+        busy (on ``source``'s device when its inputs are device tensors); its retry stays
+        unused. The calling enqueue thread's; waits one poll at most, for room or a replica
+        back in rotation.
 
         Returns:
             True if queued: the target counts it in flight and its threads finish it.
         """
-        others = [
-            r
-            for r in self.replicas
-            if r is not source
-            and r.in_rotation
-            and (dispatched.host_inputs or r.device == source.device)
-        ]
-        target = min(others, key=lambda r: (r.on_streak, r.in_flight), default=None)
-        if target is None:
-            return False
-        target.took()
-        try:
-            target.submit.put(dispatched, timeout=_POLL_S)
-        except queue.Full:
-            target.finished()
-            return False
-        return True
 
-    def wait_settled(self, timeout_s: float) -> None:
-        """Wait at most ``timeout_s`` for a batch to leave a replica or a replica to come
-        back into rotation (:meth:`settle`)."""
-        with self._settled:
-            self._settled.wait(timeout_s)
+        def pick() -> Replica | None:
+            others = [
+                r
+                for r in self.replicas
+                if r is not source
+                and r.in_rotation
+                and (dispatched.host_inputs or r.device == source.device)
+            ]
+            return min(
+                others, key=lambda r: (r.on_streak, r.submit.full(), r.in_flight), default=None
+            )
+
+        return self._place(dispatched, pick, time.monotonic() + _POLL_S) is not None
 
     def settle(self) -> None:
         """A batch left a replica (dequeued, or handed on), or a replica came back into
@@ -402,30 +396,41 @@ class Dispatcher:
 
     def _retry_target(self, source: Replica) -> Replica | None:
         """The live replica other than ``source`` to retry on: one without a streak first,
-        then one on another device than ``source`` (its other replicas share a fault of the
-        device), then the fewest batches in flight."""
+        then one with room in its submit queue (a full one's enqueue thread is held up,
+        maybe behind an output its model will lose), then one on another device than
+        ``source`` (its other replicas share a fault of the device), then the fewest batches
+        in flight."""
         others = [r for r in self.replicas if r is not source and r.in_rotation]
         return min(
             others,
-            key=lambda r: (r.on_streak, r.device == source.device, r.in_flight),
+            key=lambda r: (r.on_streak, r.submit.full(), r.device == source.device, r.in_flight),
             default=None,
         )
 
-    def _offer(self, target: Replica, dispatched: Dispatched) -> bool:
-        """Put ``dispatched`` in ``target``'s submit queue within :data:`RETRY_WAIT_S`."""
-        target.took()
-        deadline = time.monotonic() + RETRY_WAIT_S
-        while not self._abort.is_set() and target.in_rotation:
+    def _place(
+        self, dispatched: Dispatched, pick: Callable[[], Replica | None], deadline: float
+    ) -> Replica | None:
+        """Put ``dispatched`` in the submit queue of the replica ``pick`` names, picked anew
+        at each poll (one may leave rotation, or stay full behind an output it will lose),
+        until ``deadline`` (``time.monotonic()``); while it names none, wait for a replica
+        to come back into rotation. The replica that took it, or None."""
+        while not self._abort.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
-                break
+                return None
+            target = pick()
+            if target is None:
+                with self._settled:
+                    self._settled.wait(min(left, _POLL_S))
+                continue
+            target.took()
             try:
                 target.submit.put(dispatched, timeout=min(left, _POLL_S))
-                return True
             except queue.Full:
+                target.finished()
                 continue
-        target.finished()
-        return False
+            return target
+        return None
 
     def _pick(self, device: int | None) -> Replica | None:
         """The replica for the next batch (on ``device`` when given); None while every one

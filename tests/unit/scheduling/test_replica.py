@@ -143,3 +143,66 @@ def test_a_dispatch_waits_for_a_recovering_replica_and_fails_once_none_is_left(
     replicas[1].fail("reload after a lost output failed")
     with pytest.raises(BackendError, match="every replica failed"):
         dispatcher.dispatch(Batch([]), inputs)
+
+
+@pytest.fixture
+def three_replicas(short_range_model: Path) -> Iterator[list[Replica]]:
+    """Replicas 0, 1 and 2 on devices 0, 1 and 2 (onnxruntime: all on the CPU)."""
+    spec = ModelSpec("face", short_range_model)
+    with open_backend(RuntimeConfig()) as backend:
+        with backend.load(spec) as a, backend.load(spec) as b, backend.load(spec) as c:
+            yield [Replica(0, 0, a), Replica(1, 1, b), Replica(2, 2, c)]
+
+
+def failed_batch() -> tuple[Dispatched, FrameError]:
+    inputs = [np.zeros((1, 3, 128, 128), np.float32)]
+    return Dispatched(Batch([]), inputs), FrameError(Reason.INFERENCE_FAILED, "lost")
+
+
+def test_a_retry_skips_a_replica_whose_submit_queue_stays_full(
+    three_replicas: list[Replica],
+) -> None:
+    """Replica 1 has the fewest batches in flight, but its enqueue thread is held up (its
+    submit queue full, as behind an output its model will lose): the retry goes to
+    replica 2 at once instead of waiting on 1 and failing."""
+    source, held_up, free = three_replicas
+    dispatcher = Dispatcher(three_replicas, threading.Event())
+    held_up.submit.put("a batch its enqueue thread has not taken")
+    free.took()
+    dispatched, error = failed_batch()
+    assert dispatcher.retry(dispatched, source, error)
+    assert free.submit.get_nowait().retried and free.in_flight == 2 and held_up.in_flight == 0
+
+
+def test_a_retry_waits_for_a_replica_back_in_rotation(
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The only other replica is recovering (its model reloading after a lost output): the
+    retry waits for it to come back instead of failing the batch at once."""
+    monkeypatch.setattr(replica_module, "RETRY_WAIT_S", 60.0)
+    source, other = replicas
+    other.begin_recovery("no output")
+    dispatcher = Dispatcher(replicas, threading.Event())
+    dispatched, error = failed_batch()
+    outcome: list[bool] = []
+    retrying = threading.Thread(
+        target=lambda: outcome.append(dispatcher.retry(dispatched, source, error))
+    )
+    retrying.start()
+    retrying.join(0.3)
+    assert retrying.is_alive() and other.submit.empty()  # waiting, not failed
+    assert other.recovered()
+    retrying.join(10)
+    assert outcome == [True] and other.submit.get_nowait().batch is dispatched.batch
+
+
+def test_a_recovering_replicas_batch_moves_without_using_its_retry(
+    replicas: list[Replica],
+) -> None:
+    source, other = replicas
+    source.begin_recovery("no output")
+    dispatcher = Dispatcher(replicas, threading.Event())
+    dispatched, _ = failed_batch()
+    assert dispatcher.move(dispatched, source)
+    moved = other.submit.get_nowait()
+    assert moved is dispatched and moved.retryable and source.retried == 0
