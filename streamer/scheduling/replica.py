@@ -70,11 +70,12 @@ replica serves: a device back from a transient fault is in use again within abou
 and one that stays broken costs one retried batch a second (no frame) until
 ``max_consecutive_failures`` failed probes take it out of rotation."""
 RETRY_WAIT_S = 1.0
-"""Longest time (s) a failed batch waits for room at the replica it is retried on before its
-frames fail: bounded, so that replicas retrying into each other cannot deadlock. Room comes
-as soon as that replica's enqueue thread takes its next batch (one execution's time, far
-less than this); a result that still comes after the reorder timeout (1 s by default, on
-ACL 1 s more than ``result_timeout_ms``) is published out of order, not lost."""
+"""Longest time (s) a failed batch waits for room at a replica to retry on, or for one back in
+rotation (recovering), before its frames fail: bounded, so that replicas retrying into each
+other cannot deadlock. Room comes as soon as a replica's enqueue thread takes its next batch
+(one execution's time, far less than this); a result that still comes after the reorder
+timeout (1 s by default; on ACL 2 x ``result_timeout_ms`` + 2 s) is published out of order,
+not lost."""
 _POLL_S = 0.1
 _RETRY_LINES = LogBudget("batch_retried")
 """Every stage's ``batch_retried`` warnings, together."""
