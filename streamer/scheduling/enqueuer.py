@@ -74,6 +74,8 @@ class Enqueuer(Worker):
                 break
             if self._abort.is_set():
                 return
+            if replica.in_rotation:  # back from its recovery already
+                continue
             if replica.dispatcher.move(dispatched, replica):
                 replica.finished()
                 return
@@ -86,10 +88,11 @@ class Enqueuer(Worker):
         replica.ledger.put(dispatched)
 
     def _movable(self, dispatched: Dispatched, entered: bool) -> bool:
-        """Whether a batch the model did not take never ran and may still run elsewhere: the
-        replica is recovering (not failed), and its inputs were not released by an enqueue
-        the recovery interrupted (device tensors are, host arrays need no release)."""
-        if self._replica.recovering is None or self._replica.failed is not None:
+        """Whether a batch the model did not take never ran and may still run, elsewhere or
+        here once the replica is back: it has not failed (it is recovering, or back from
+        it), and the batch's inputs were not released by an enqueue the recovery interrupted
+        (device tensors are, host arrays need no release)."""
+        if self._replica.failed is not None:
             return False
         return not entered or dispatched.host_inputs
 
