@@ -162,7 +162,9 @@ class DaemonConfig(_Strict):
         "only by a restart",
     )
     decode_workers: int = Field(0, ge=0, le=1024, description="0 = one per CPU core")
-    queue_size: PositiveCInt = Field(64, description="frames buffered between two stages")
+    queue_size: PositiveCInt = Field(
+        64, description="frames buffered between the ingresses and the first stage's batcher"
+    )
     source_idle_s: Seconds = Field(
         60.0,
         description="forget a source silent this long, once its frames in flight have left "
@@ -465,7 +467,9 @@ class ModelConfig(_Strict):
         description='"frame", "<stage>:crops", "<stage>:tensor" or "<stage>:tensor:<map>" '
         "(see StageInput)",
     )
-    max_in_flight: PositiveCInt = Field(2, description="batches enqueued and not yet dequeued")
+    max_in_flight: PositiveCInt = Field(
+        2, description="batches enqueued and not yet dequeued, per replica (ACL queue mode: 1)"
+    )
     replicas: int = Field(1, ge=1, le=1024, description="copies of the model on each device")
     batch: BatchConfig = BatchConfig()
     preprocess: PluginConfig | None = Field(

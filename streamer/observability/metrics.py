@@ -44,6 +44,8 @@ each result leaves. The split follows Triton's queue / compute / request duratio
     streamer_config_last_reload_success_timestamp_seconds gauge  start or last good reload
     streamer_reload_in_progress_seconds                gauge     how long the reload under
                                                                  way has run, 0 when none
+    streamer_log_lines_dropped_total                   counter   log lines the log writer
+                                                                 could not write
 
 plus the library's ``process_*`` (memory, CPU, file descriptors) and ``python_info``. Labels
 are bounded: model names come from the config, reasons from :class:`~streamer.errors.Reason`,

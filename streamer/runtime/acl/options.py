@@ -94,7 +94,8 @@ class ModelOptions(_Strict):
     )
     queue_poll_ms: PositiveCInt = Field(
         default=100,
-        description="queue: timeout of one acltdtEnqueueData attempt (ms)",
+        description="queue: timeout of one acltdtEnqueueData attempt, and the longest wait "
+        "of one acltdtDequeueData (ms)",
     )
     result_timeout_ms: PositiveCInt = Field(
         default=10_000,
