@@ -688,14 +688,15 @@ def _replica_key(replica: Replica) -> tuple[str, int, int]:
 
 def reorder_timeout_s(config: Config, backend: Backend) -> float:
     """``daemon.reorder_timeout_s``, or when unset 1 s, plus, where the backend has a
-    ``result_timeout_s``, twice that and :data:`RETRY_WAIT_S`: on ACL a batch whose output
-    never comes is given up only after ``result_timeout_ms``, it then runs again on another
-    replica (waiting up to ``RETRY_WAIT_S`` for room), where the same may happen, and its
-    frames' results should still come in order."""
+    ``result_timeout_s``, four times that and :data:`RETRY_WAIT_S`: on ACL a batch may wait
+    behind a lost output (found only after ``result_timeout_ms``) on the replica it was sent
+    to, then once more on the one it moved to (:meth:`Dispatcher.move`), then be lost itself,
+    retried (waiting up to ``RETRY_WAIT_S`` for room) and lost there too, and its frames'
+    results should still come in order."""
     if config.daemon.reorder_timeout_s is not None:
         return config.daemon.reorder_timeout_s
     late_s = backend.result_timeout_s
-    retried_s = 0.0 if late_s is None else 2 * late_s + RETRY_WAIT_S
+    retried_s = 0.0 if late_s is None else 4 * late_s + RETRY_WAIT_S
     return _REORDER_TIMEOUT_S + retried_s
 
 

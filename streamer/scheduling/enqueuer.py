@@ -28,8 +28,10 @@ class Enqueuer(Worker):
     On a replica out of rotation it enqueues nothing. A failed one's batches are retried on
     another replica (put in that one's submit queue, whose enqueue thread enqueues it) or
     failed. A recovering one's (:mod:`~streamer.scheduling.recovery`) never ran, so they move
-    to a replica in rotation without using their retry, or wait until one is back, this one
-    included: a lost output costs its own batch at most, not the ones queued behind it.
+    once to a replica in rotation without using their retry, or wait until one is back (this
+    one included; one that moved before waits for this one): a lost output costs its own
+    batch, not the ones queued behind it (but for a ``tensor`` chain's batch whose enqueue
+    the recovery interrupted: the model released its device inputs).
 
     Args:
         replica: the replica it feeds.
@@ -90,8 +92,9 @@ class Enqueuer(Worker):
     def _movable(self, dispatched: Dispatched, entered: bool) -> bool:
         """Whether a batch the model did not take never ran and may still run, elsewhere or
         here once the replica is back: it has not failed (it is recovering, or back from
-        it), and the batch's inputs were not released by an enqueue the recovery interrupted
-        (device tensors are, host arrays need no release)."""
+        it), and its inputs were not released by an enqueue the recovery interrupted (device
+        tensors are, host arrays need no release). One that moved before waits for this
+        replica (:meth:`Dispatcher.move`)."""
         if self._replica.failed is not None:
             return False
         return not entered or dispatched.host_inputs

@@ -74,7 +74,7 @@ RETRY_WAIT_S = 1.0
 rotation (recovering), before its frames fail: bounded, so that replicas retrying into each
 other cannot deadlock. Room comes as soon as a replica's enqueue thread takes its next batch
 (one execution's time, far less than this); a result that still comes after the reorder
-timeout (1 s by default; on ACL 2 x ``result_timeout_ms`` + 2 s) is published out of order,
+timeout (1 s by default; on ACL 4 x ``result_timeout_ms`` + 2 s) is published out of order,
 not lost."""
 _POLL_S = 0.1
 _RETRY_LINES = LogBudget("batch_retried")
@@ -91,11 +91,13 @@ class Dispatched:
         inputs: its model inputs, one per model input, batch first; kept until the dequeue
             so that a failed batch can run again on another replica.
         retried: it failed once already and runs on its second replica.
+        moved: a recovering replica handed it on once, unrun (:meth:`Dispatcher.move`).
     """
 
     batch: Batch
     inputs: Sequence[Tensor]
     retried: bool = False
+    moved: bool = False
 
     @property
     def host_inputs(self) -> bool:
@@ -355,7 +357,7 @@ class Dispatcher:
         frames = len(dispatched.batch.good)  # the target may finish it before the log line
         retried = Dispatched(dispatched.batch, dispatched.inputs, True)
         deadline = time.monotonic() + RETRY_WAIT_S
-        target = self._place(retried, lambda: self._retry_target(source), deadline)
+        target = self._place(retried, lambda: self._retry_target(source), deadline, source)
         if target is None:
             return False
         with self._count_lock:
@@ -370,9 +372,19 @@ class Dispatcher:
         unused. The calling enqueue thread's; waits one poll at most, for room or a replica
         back in rotation.
 
+        A batch moves once (a moved one waits for the replica it moved to, whose reload is
+        short), so that it waits behind two lost outputs at most besides its own and its
+        retry's, and its results still come within the reorder timeout.
+
         Returns:
-            True if queued: the target counts it in flight and its threads finish it.
+            True if queued: the target counts it in flight and its threads finish it; False
+            if it moved before (at once), or no replica took it within the poll.
         """
+        if dispatched.moved:
+            with self._settled:
+                self._settled.wait(_POLL_S)  # for the replica it is on to come back
+            return False
+        dispatched.moved = True
 
         def pick() -> Replica | None:
             others = [
@@ -386,7 +398,10 @@ class Dispatcher:
                 others, key=lambda r: (r.on_streak, r.submit.full(), r.in_flight), default=None
             )
 
-        return self._place(dispatched, pick, time.monotonic() + _POLL_S) is not None
+        if self._place(dispatched, pick, time.monotonic() + _POLL_S) is not None:
+            return True
+        dispatched.moved = False
+        return False
 
     def settle(self) -> None:
         """A batch left a replica (dequeued, or handed on), or a replica came back into
@@ -409,18 +424,25 @@ class Dispatcher:
         )
 
     def _place(
-        self, dispatched: Dispatched, pick: Callable[[], Replica | None], deadline: float
+        self,
+        dispatched: Dispatched,
+        pick: Callable[[], Replica | None],
+        deadline: float,
+        source: Replica | None = None,
     ) -> Replica | None:
         """Put ``dispatched`` in the submit queue of the replica ``pick`` names, picked anew
         at each poll (one may leave rotation, or stay full behind an output it will lose),
-        until ``deadline`` (``time.monotonic()``); while it names none, wait for a replica
-        to come back into rotation. The replica that took it, or None."""
+        until ``deadline`` (``time.monotonic()``); while it names none, wait for a replica to
+        come back into rotation (with ``source``: only while one other than ``source`` is
+        recovering, else give up at once). The replica that took it, or None."""
         while not self._abort.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
             target = pick()
             if target is None:
+                if source is not None and not self._others_recovering(source):
+                    return None
                 with self._settled:
                     self._settled.wait(min(left, _POLL_S))
                 continue
@@ -432,6 +454,9 @@ class Dispatcher:
                 continue
             return target
         return None
+
+    def _others_recovering(self, source: Replica) -> bool:
+        return any(r.recovering and not r.failed for r in self.replicas if r is not source)
 
     def _pick(self, device: int | None) -> Replica | None:
         """The replica for the next batch (on ``device`` when given); None while every one

@@ -312,3 +312,19 @@ def test_batches_queued_behind_a_lost_output_never_fail_for_it(
             np.testing.assert_allclose(frame.results["regressors"], expected[frame.seq], atol=1e-4)
     assert [r.failed for r in run.replicas] == [None] * 4
     assert_clean(run)
+
+
+def test_the_result_timeout_counts_from_the_slot_not_from_the_wait_for_it(
+    face_model: Path, short_range_model: Path
+) -> None:
+    """Each execution takes 150 ms, under the 200 ms result timeout, and the frames come at
+    once, so each batch waits for the one before it to leave the model's one slot. Before,
+    that wait counted towards its timeout, and a healthy device lost outputs and reloaded."""
+    inputs = tensors(6)
+    run = run_stage(face_model, {"execute_delay_ms": 150}, inputs, devices=(0,))
+    assert [f.error for f in run.frames] == [None] * len(inputs)
+    expected = reference(short_range_model, inputs)
+    for frame in run.frames:
+        np.testing.assert_allclose(frame.results["regressors"], expected[frame.seq], atol=1e-4)
+    assert run.replicas[0].recoveries == 0 and not run.events("replica_recovering")
+    assert_clean(run)

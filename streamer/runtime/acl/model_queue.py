@@ -151,16 +151,17 @@ class QueueModeModel(AclModel):
             release_inputs(inputs)
 
     def _enqueue(self, inputs: Sequence[Tensor]) -> None:
-        start_ns = time.monotonic_ns()
         problem = batch_problem(self.info, inputs) or device_problem(
             self.info, self.device_id, inputs
         )
         if problem is not None:
-            self._tickets.append(_Ticket(start_ns, inference_error(problem)))
+            self._tickets.append(_Ticket(time.monotonic_ns(), inference_error(problem)))
             return
         self._raise_if_interrupted()
         while not self._slots.acquire(timeout=_POLL_S):
             self._raise_if_interrupted()
+        # The result timeout counts from here: the wait for the slot is the previous batch's.
+        start_ns = time.monotonic_ns()
         for qid, tensor in zip(self._inputs, inputs, strict=True):
             if isinstance(tensor, AclDeviceTensor):
                 self._send(qid, tensor.ptr, _nbytes(tensor))
