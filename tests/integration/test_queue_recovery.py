@@ -34,6 +34,8 @@ from streamer.scheduling.mailbox import Mailbox
 from streamer.scheduling.policy import BatchPolicy
 from streamer.scheduling.replica import Dispatcher, Replica
 
+from .blazeface_stage import keep_regressors, reference, tensors
+
 pytestmark = pytest.mark.timeout(60)
 
 RESULT_TIMEOUT_MS = 200
@@ -47,29 +49,6 @@ def face_model(tmp_path: Path, short_range_model: Path) -> Path:
     manifest = {"input_shape": {"input": [1, 3, 128, 128]}}
     (tmp_path / "face.acl.json").write_text(json.dumps(manifest))
     return tmp_path / "face.onnx"
-
-
-def tensors(count: int) -> list[np.ndarray]:
-    """``count`` BlazeFace inputs, float32 (3, 128, 128) in [-1, 1]."""
-    rng = np.random.default_rng(count)
-    return [rng.uniform(-1, 1, (3, 128, 128)).astype(np.float32) for _ in range(count)]
-
-
-def reference(short_range_model: Path, inputs: Sequence[np.ndarray]) -> np.ndarray:
-    """The regressors output of every input, run at once on onnxruntime."""
-    with (
-        open_backend(RuntimeConfig()) as backend,
-        backend.load(ModelSpec("ref", short_range_model)) as model,
-    ):
-        model.enqueue([np.stack(inputs)])
-        done = model.dequeue(10_000)
-        assert done is not None and done.outputs is not None
-        return np.asarray(done.outputs[0])
-
-
-def keep_regressors(outputs: Sequence[Any], frames: list[Frame]) -> None:
-    for row, frame in enumerate(frames):
-        frame.results = {"regressors": np.asarray(outputs[0])[row].copy()}
 
 
 class Egress:
