@@ -162,22 +162,16 @@ class _PipelineCollector(Collector):
             flushes.add_metric([reason], count)
         yield flushes
         yield from _replica_families(sample.replicas)
-        retried = CounterMetricFamily(
+        yield _by_model(
             "streamer_batches_retried",
             "Batches that failed on one replica and were queued on another.",
-            labels=["model"],
+            sample.retried,
         )
-        for model, count in sorted(sample.retried.items()):
-            retried.add_metric([model], count)
-        yield retried
-        recoveries = CounterMetricFamily(
+        yield _by_model(
             "streamer_replica_recoveries",
             "Replicas whose model was reloaded after a lost output and went back into rotation.",
-            labels=["model"],
+            sample.recoveries,
         )
-        for model, count in sorted(sample.recoveries.items()):
-            recoveries.add_metric([model], count)
-        yield recoveries
         yield CounterMetricFamily(
             "streamer_log_lines_dropped",
             "Log lines dropped: standard output not read (10000 waiting) or its file full.",
@@ -227,6 +221,14 @@ def _by_reason(
     family = CounterMetricFamily(name, doc, labels=["reason"])
     for reason, count in sorted((dict.fromkeys(known, 0) | dict(counts)).items()):
         family.add_metric([reason], count)
+    return family
+
+
+def _by_model(name: str, doc: str, counts: Mapping[str, int]) -> CounterMetricFamily:
+    """A counter by ``model``, one series per model in ``counts``."""
+    family = CounterMetricFamily(name, doc, labels=["model"])
+    for model, count in sorted(counts.items()):
+        family.add_metric([model], count)
     return family
 
 

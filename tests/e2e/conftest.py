@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import cv2
 import numpy as np
@@ -24,6 +25,7 @@ import onnx
 import pytest
 import zmq
 from onnx import TensorProto, helper
+from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.bench.bench_config import free_port
 from streamer.clients.subscriber import Subscriber
@@ -438,3 +440,22 @@ def wedge_model(path: Path) -> Path:
     onnx.checker.check_model(model, full_check=True)
     onnx.save(model, path)
     return path
+
+
+def samples(daemon: Daemon, name: str) -> list[Any]:
+    """The samples of one metric from /metrics (``name`` as exposed, e.g. ``…_total``;
+    ``"up"`` is ``streamer_replica_up``)."""
+    name = "streamer_replica_up" if name == "up" else name
+    with urlopen(daemon.http + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return [
+        sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
+def metric_by_label(daemon: Daemon, name: str, label: str) -> dict[str, float]:
+    """The values of one metric from /metrics, by the value of its ``label``."""
+    return {sample.labels[label]: sample.value for sample in samples(daemon, name)}

@@ -6,13 +6,11 @@ import signal
 import time
 from pathlib import Path
 from typing import Any
-from urllib.request import urlopen
 
 import onnx
 import pytest
 import zmq
 from onnx import TensorProto, helper
-from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.clients.producer import produce
 
@@ -20,6 +18,8 @@ from .conftest import (
     Client,
     Daemon,
     backend_settings,
+    metric_by_label,
+    samples,
     shipped,
     shipped_config,
     sim_settings,
@@ -171,18 +171,6 @@ def test_a_pipeline_failure_during_a_reload_stops_the_daemon(
     assert final["received"] == 1 == final["failed_by_reason"]["inference_failed"]
 
 
-def replica_batches(daemon: Daemon) -> dict[str, float]:
-    """``streamer_replica_batches`` by device, from /metrics."""
-    with urlopen(daemon.http + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        sample.labels["device"]: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "streamer_replica_batches_total"
-    }
-
-
 @pytest.mark.parametrize("mode", ["async", "queue"])
 def test_two_devices_share_the_work_and_one_can_fail(
     mode: str, start_daemon: Any, connect: Any, tmp_path: Path, assets: dict[str, Path]
@@ -204,7 +192,7 @@ def test_two_devices_share_the_work_and_one_can_fail(
     produce("carphone.mp4", daemon.ingress, source="first", encoding="raw", fps=200)
     first = client.collect(121)[:-1]
     assert [r["seq"] for r in first] == list(range(120))
-    executed = replica_batches(daemon)
+    executed = metric_by_label(daemon, "streamer_replica_batches_total", "device")
     assert executed["0"] > 0 and executed["1"] > 0  # both devices served
     daemon.wait_event("replica_failed", 30)
     lost = [r for r in first if r["error"] is not None]
@@ -213,7 +201,7 @@ def test_two_devices_share_the_work_and_one_can_fail(
     second = client.collect(121)[:-1]
     assert [r["seq"] for r in second] == list(range(120))
     assert all(r["error"] is None and len(r["detections"]) == 1 for r in second)
-    after = replica_batches(daemon)
+    after = metric_by_label(daemon, "streamer_replica_batches_total", "device")
     assert after["1"] == executed["1"]  # device 1 is out of rotation
     assert after["0"] >= executed["0"] + 120
     assert daemon.stop() == 0
@@ -252,19 +240,6 @@ def test_a_lost_device_fails_no_frame_while_the_other_serves(connect: Any, tmp_p
     assert daemon.stop() == 0
     final = daemon.final_counts()
     assert final["failed"] == 0 and final["published"] == final["received"]
-
-
-def samples(daemon: Daemon, name: str) -> list[Any]:
-    """The samples of one metric from /metrics; ``"up"`` is ``streamer_replica_up``."""
-    name = "streamer_replica_up" if name == "up" else name
-    with urlopen(daemon.http + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return [
-        sample
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
-    ]
 
 
 @pytest.mark.parametrize("mode", ["queue", "async", "sync"])

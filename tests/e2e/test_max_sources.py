@@ -8,17 +8,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
-from urllib.request import urlopen
 
 import cv2
 import numpy as np
 import pytest
 import zmq
-from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon, free_port
+from .conftest import Client, Daemon, free_port, metric_by_label
 
 _TIMEOUT_MS = 10_000
 
@@ -42,18 +40,6 @@ def req_socket() -> Iterator[Any]:
     for socket in made:
         socket.close()
     context.term()
-
-
-def failed_by_reason(daemon: Daemon) -> dict[str, float]:
-    """``streamer_frames_failed_total`` by ``reason``, scraped from ``/metrics``."""
-    with urlopen(daemon.http + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        sample.labels["reason"]: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "streamer_frames_failed_total"
-    }
 
 
 def wait_evicted(daemon: Daemon, sources: set[str]) -> None:
@@ -92,7 +78,8 @@ def test_a_source_beyond_max_sources_fails_until_the_tracked_ones_are_forgotten(
     assert [(r["source"], r["seq"], r["error"]["reason"]) for r in results if r["error"]] == [
         ("c", seq, "too_many_sources") for seq in range(3)
     ]
-    assert failed_by_reason(daemon)["too_many_sources"] == 3
+    failed = metric_by_label(daemon, "streamer_frames_failed_total", "reason")
+    assert failed["too_many_sources"] == 3
     wait_evicted(daemon, {"a", "b"})
     req.send_multipart(encode_frame("c", 3, jpeg, encoding="jpeg"))
     assert json.loads(req.recv()) == {"ok": True, "source": "c", "seq": 3}

@@ -5,25 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.request import urlopen
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.clients.producer import produce
 
-from .conftest import Client, Daemon, backend_settings
-
-
-def recoveries(daemon: Daemon) -> dict[str, float]:
-    """``streamer_replica_recoveries_total`` by model, from /metrics."""
-    with urlopen(daemon.http + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        sample.labels["model"]: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "streamer_replica_recoveries_total"
-    }
+from .conftest import Client, backend_settings, metric_by_label
 
 
 def test_queue_mode_replicas_recover_from_lost_outputs_and_the_daemon_serves_on(
@@ -47,7 +32,7 @@ def test_queue_mode_replicas_recover_from_lost_outputs_and_the_daemon_serves_on(
     failed = [r["error"] for r in results if r["error"] is not None]
     assert all(e["reason"] == "inference_failed" for e in failed)
     assert all(len(r["detections"]) == 1 for r in results if r["error"] is None)
-    assert recoveries(daemon)["face"] >= 2
+    assert metric_by_label(daemon, "streamer_replica_recoveries_total", "model")["face"] >= 2
     assert daemon.stop() == 0
     events = {e.get("event") for e in daemon.logs}
     assert "replica_recovered" in events
