@@ -176,11 +176,14 @@ class Replica:
     def took(self) -> None:
         with self._lock:
             self._in_flight += 1
+        if self.dispatcher is not None:
+            self.dispatcher.count_in_flight(1)
 
     def finished(self) -> None:
         with self._lock:
             self._in_flight -= 1
         if self.dispatcher is not None:
+            self.dispatcher.count_in_flight(-1)
             self.dispatcher.settle()
 
     def execution_succeeded(self) -> None:
@@ -299,7 +302,8 @@ class Dispatcher:
         self._abort = abort
         self._next = 0
         self._settled = threading.Condition()  # notified as batches leave replicas
-        self._count_lock = threading.Lock()  # the replicas' ``retried`` counters
+        self._count_lock = threading.Lock()  # the replicas' ``retried`` counters, in_flight
+        self._in_flight = 0
         for replica in replicas:
             replica.dispatcher = self
 
@@ -325,12 +329,26 @@ class Dispatcher:
             except queue.Full:
                 replica.finished()
 
+    @property
+    def in_flight(self) -> int:
+        """Batches in flight on the stage's replicas, together. A batch handed from one
+        replica to another is counted by its target before its source lets go, so this is
+        never 0 while one moves (the replicas' own counts, read one after the other, could
+        each miss it)."""
+        return self._in_flight
+
+    def count_in_flight(self, change: int) -> None:
+        """Add ``change`` to :attr:`in_flight`; a replica's :meth:`~Replica.took` and
+        :meth:`~Replica.finished`."""
+        with self._count_lock:
+            self._in_flight += change
+
     def broadcast(self, marker: Any) -> None:
         """Queue a marker (stop) on every replica, failed ones included, once no batch is in
-        flight on any: an enqueue thread ends at the marker, and a batch retried after it
-        would never run. Returns at once on abort."""
+        flight on any (:attr:`in_flight`): an enqueue thread ends at the marker, and a batch
+        retried after it would never run. Returns at once on abort."""
         with self._settled:
-            while not self._abort.is_set() and any(r.in_flight for r in self.replicas):
+            while not self._abort.is_set() and self._in_flight:
                 self._settled.wait(_POLL_S)
         for replica in self.replicas:
             while not self._abort.is_set():

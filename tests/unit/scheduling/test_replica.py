@@ -206,3 +206,40 @@ def test_a_recovering_replicas_batch_moves_without_using_its_retry(
     assert dispatcher.move(dispatched, source)
     moved = other.submit.get_nowait()
     assert moved is dispatched and moved.retryable and source.retried == 0
+
+
+def test_the_stop_marker_waits_for_a_batch_handed_between_replicas(
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch in flight on replica 1 is retried on replica 0 while the marker waits for the
+    stage to have none in flight. Read replica by replica, the counts could miss it (0 read
+    from replica 0 just before it took the batch, then 0 from replica 1 once it let go), and
+    the marker went out ahead of the retry, which then never ran. The hand-over happens at
+    that worst moment here, or after 50 ms where the replicas' counts are not read."""
+    target, source = replicas
+    handed = threading.Event()
+
+    def hand_over() -> None:
+        if not handed.is_set():
+            handed.set()
+            target.took()
+            source.finished()
+
+    def in_flight(replica: Replica) -> int:
+        count = replica._in_flight
+        if replica is target:
+            hand_over()
+        return count
+
+    monkeypatch.setattr(Replica, "in_flight", property(in_flight))
+    dispatcher = Dispatcher(replicas, threading.Event())
+    source.took()
+    stopping = threading.Thread(target=dispatcher.broadcast, args=("STOP",))
+    stopping.start()
+    threading.Timer(0.05, hand_over).start()
+    stopping.join(0.5)
+    assert handed.is_set() and stopping.is_alive() and target.submit.empty()
+    target.finished()
+    stopping.join(10)
+    assert not stopping.is_alive()
+    assert target.submit.get_nowait() == source.submit.get_nowait() == "STOP"
