@@ -428,9 +428,19 @@ class _Control:
             if self._reload.wait(max(0.0, deadline_s - time.monotonic())):
                 self._reload_outcome(self._reload.result())
             else:
-                _log.warning("reload_abandoned", reason="its models have not loaded")
+                self._abandon_reload()
             self._reload = None
         self._forget_reload()  # a deferred SIGHUP was reported skipped as the loop ended
+
+    def _abandon_reload(self) -> None:
+        """``reload_abandoned``: how long the reload ran (``running_s``) and its ``stage``."""
+        under_way, now_s = self._under_way, time.monotonic()
+        _log.warning(
+            "reload_abandoned",
+            reason="its models have not loaded",
+            running_s=None if under_way is None else round(under_way.running_s(now_s), 1),
+            stage=None if under_way is None else under_way.stage.value,
+        )
 
     def _drain(self, failed: bool) -> int:
         """STOPPING=1, drain, the final ``stopped`` line; returns the exit code."""

@@ -465,6 +465,8 @@ def test_a_model_load_that_blocks_holds_up_neither_the_watchdog_nor_a_stop(
     events = [e.get("event") for e in daemon.logs]
     order = ["reload_skipped", "draining", "reload_abandoned", "stopped"]
     assert [events.index(event) for event in order] == sorted(events.index(e) for e in order)
+    (abandoned,) = [e for e in daemon.logs if e.get("event") == "reload_abandoned"]
+    assert abandoned["stage"] == "loading" and abandoned["running_s"] > 0
     states = [text.split("\n")[0] for text in notify.texts()]  # RELOADING=1 has a stamp
     assert "READY=1" not in states[states.index("RELOADING=1") :]  # it never ended
     assert states.count("RELOADING=1") == 1  # the deferred one never began
