@@ -61,6 +61,14 @@ class OutputLostError(BackendError):
     this as any :class:`BackendError`."""
 
 
+class EnqueueInterruptedError(BackendError):
+    """A queue-bound model's enqueue was interrupted
+    (:meth:`~streamer.runtime.base.QueueModel.interrupt`, or its close) before the model took
+    the whole batch: the batch never runs there, and its inputs, device tensors included, are
+    still the caller's, to run elsewhere or to release (ACL queue mode: a recovery's reload
+    destroys the queues holding any part of it)."""
+
+
 class Reason:
     """Stable ``error.reason`` values of failed results and ``dropped`` counters.
 

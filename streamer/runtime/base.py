@@ -246,12 +246,16 @@ class QueueModel(Closing, abc.ABC):
             inputs: one C-contiguous array per model input, in ``ModelInfo.inputs`` order,
                 batch first; the batch size must be one of ``info.batch_gears`` (if any).
                 An input may be a :class:`DeviceTensor` of the same backend and device (the
-                previous model's output in a ``:tensor`` chain); the model then owns it.
+                previous model's output in a ``:tensor`` chain); the model then owns it,
+                unless it raises :class:`~streamer.errors.EnqueueInterruptedError`.
 
         Blocks while ``max_in_flight`` batches are outstanding (backpressure). A failure of
         this batch alone is reported by :meth:`dequeue` in this batch's position.
 
         Raises:
+            EnqueueInterruptedError: interrupted before the model took the batch (a
+                queue-mode model, whose recovery may run it elsewhere); the caller keeps the
+                inputs.
             BackendError: the backend can no longer execute anything.
         """
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from streamer.errors import BackendError
+from streamer.errors import BackendError, EnqueueInterruptedError
 from streamer.frames import STOP
 from streamer.lifecycle import Worker
 from streamer.runtime.base import release_inputs
@@ -30,8 +30,9 @@ class Enqueuer(Worker):
     failed. A recovering one's (:mod:`~streamer.scheduling.recovery`) never ran, so they move
     once to a replica in rotation without using their retry, or wait until one is back (this
     one included; one that moved before waits for this one): a lost output costs its own
-    batch, not the ones queued behind it (but for a ``tensor`` chain's batch whose enqueue
-    the recovery interrupted: the model released its device inputs).
+    batch, not the ones queued behind it. That holds for a ``tensor`` chain's batch too, whose
+    inputs are device tensors: a queue-mode enqueue the recovery interrupts hands them back
+    (:class:`~streamer.errors.EnqueueInterruptedError`) instead of releasing them.
 
     Args:
         replica: the replica it feeds.
@@ -72,7 +73,7 @@ class Enqueuer(Worker):
             if taken:
                 replica.ledger.put(dispatched)
                 return
-            if replica.dispatcher is None or not self._movable(dispatched, entered):
+            if replica.dispatcher is None or not self._movable(dispatched):
                 break
             if self._abort.is_set():
                 return
@@ -82,32 +83,32 @@ class Enqueuer(Worker):
                 replica.finished()
                 return
             # A poll passed with no replica to take it: this one may be back in rotation.
-        if not entered:
+        if not dispatched.released:
             release_inputs(dispatched.inputs)  # device tensors only: never retried
         if replica.refuse(dispatched):
             replica.finished()
             return
         replica.ledger.put(dispatched)
 
-    def _movable(self, dispatched: Dispatched, entered: bool) -> bool:
+    def _movable(self, dispatched: Dispatched) -> bool:
         """Whether a batch the model did not take never ran and may still run, elsewhere or
         here once the replica is back: it has not failed (it is recovering, or back from
-        it), and its inputs were not released by an enqueue the recovery interrupted (device
-        tensors are, host arrays need no release). One that moved before waits for this
-        replica (:meth:`Dispatcher.move`)."""
-        if self._replica.failed is not None:
-            return False
-        return not entered or dispatched.host_inputs
+        it), and the model did not release its device inputs. One that moved before waits
+        for this replica (:meth:`Dispatcher.move`)."""
+        return self._replica.failed is None and not dispatched.released
 
     def _into_model(self, dispatched: Dispatched) -> bool | None:
         """The model's ``enqueue``: True if it took the batch; False if it raised (which
-        fails the replica, unless a recovery interrupted it); None if it raised as the
-        chain was given up."""
+        fails the replica, unless a recovery interrupted it; the device inputs are then
+        released unless it was an :class:`EnqueueInterruptedError`); None if it raised as
+        the chain was given up."""
         for frame in dispatched.batch.good:
             frame.batched_at_ns = time.monotonic_ns()
         try:
             self._replica.model.enqueue(dispatched.inputs)
         except BackendError as exc:
+            interrupted = isinstance(exc, EnqueueInterruptedError)
+            dispatched.released = not (interrupted or dispatched.host_inputs)
             if self._abort.is_set():
                 return None
             if self._replica.recovering is None:

@@ -92,12 +92,15 @@ class Dispatched:
             so that a failed batch can run again on another replica.
         retried: it failed once already and runs on its second replica.
         moved: a recovering replica handed it on once, unrun (:meth:`Dispatcher.move`).
+        released: a model's enqueue that did not take it released its device inputs: it
+            can run nowhere.
     """
 
     batch: Batch
     inputs: Sequence[Tensor]
     retried: bool = False
     moved: bool = False
+    released: bool = False
 
     @property
     def host_inputs(self) -> bool:

@@ -266,3 +266,37 @@ def devices_with_a_path(daemon: Daemon) -> list[int]:
         if s.name == "streamer_replica_up" and s.value == 1
     }
     return [d for d in (0, 1) if {("backbone", d), ("head", d)} <= up]
+
+
+def test_in_queue_mode_a_lost_output_fails_only_its_own_head_batch(
+    tmp_path: Path, assets: dict[str, Path], connect: Any
+) -> None:
+    """Queue mode, two head replicas, every fifth execution lost on the device: each loss
+    reloads its replica's model, interrupting the enqueue of the batch behind it. That
+    batch's inputs are the backbone's outputs in device memory; the interrupted enqueue used
+    to release them, so the batch could not move to the other replica and failed, refused
+    with ``reloading its model after a lost output``. Now the enqueue hands them back and the
+    batch runs elsewhere: a frame fails only when its own execution was lost."""
+
+    def lossy(text: str) -> str:
+        sim = (
+            'backend = "acl-sim"\n\n[runtime.options]\nresult_timeout_ms = 300\n\n'
+            "[runtime.options.sim]\nfail_every_n_executes = 5\n"
+        )
+        head = 'name = "head"\nreplicas = 2\n'
+        return text.replace(ONNX_RUNTIME, sim).replace('name = "head"\n', head)
+
+    daemon = shipped(SPLIT, tmp_path, lossy, sim_settings("queue"))
+    client: Client = connect(daemon)
+    produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw")
+    results = client.collect(121)[:-1]
+    assert [r["seq"] for r in results] == list(range(120))
+    details = [r["error"]["detail"] for r in results if r["error"] is not None]
+    assert details, "no execution was lost"
+    assert [d for d in details if "reloading its model" in d] == []
+    assert all(len(r["detections"]) == 1 for r in results if r["error"] is None)
+    recovered = [e for e in daemon.logs if e.get("event") == "replica_recovered"]
+    assert {e["replica"].rsplit("-", 1)[0] for e in recovered} >= {"head"}
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["published"] + final["failed"] == final["received"]

@@ -57,7 +57,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamer.errors import BackendError, FrameError, ModelError, OutputLostError
+from streamer.errors import (
+    BackendError,
+    EnqueueInterruptedError,
+    FrameError,
+    ModelError,
+    OutputLostError,
+)
 from streamer.runtime.acl.allocators import DeviceAllocator, readable_allocator
 from streamer.runtime.acl.constants import RunMode
 from streamer.runtime.acl.device_tensor import AclDeviceTensor, HandedOut
@@ -143,12 +149,18 @@ class QueueModeModel(AclModel):
 
         Raises:
             AclError: a queue call failed with something other than full.
-            BackendError: the model was closed or interrupted (before or while waiting).
+            EnqueueInterruptedError: the model was closed or interrupted before it took the
+                whole batch (before or while waiting); the inputs are not released.
         """
+        kept = False
         try:
             self._enqueue(inputs)
+        except EnqueueInterruptedError:
+            kept = True
+            raise
         finally:
-            release_inputs(inputs)
+            if not kept:
+                release_inputs(inputs)
 
     def _enqueue(self, inputs: Sequence[Tensor]) -> None:
         problem = batch_problem(self.info, inputs) or device_problem(
@@ -322,6 +334,17 @@ class QueueModeModel(AclModel):
     def _raise_if_closed(self) -> None:
         if self._closed.is_set():
             raise BackendError(f"model {self.info.name!r} is closed")
+
+    def _raise_if_interrupted(self) -> None:
+        """For the enqueue's waits: the batch is not taken, its inputs are kept.
+
+        Raises:
+            EnqueueInterruptedError: the model was closed or interrupted.
+        """
+        try:
+            super()._raise_if_interrupted()
+        except BackendError as exc:
+            raise EnqueueInterruptedError(str(exc)) from None
 
     def _stop(self) -> bool:
         self._tickets.clear()
