@@ -99,7 +99,10 @@ class DaemonProcess:
 
 def _warm_up(subscriber: Subscriber) -> None:
     """Send warm-up frames until one's result arrives: the subscription is then live."""
-    image = cv2.imread(str(media_path("astronaut.png")))
+    path = media_path("astronaut.png")
+    image = cv2.imread(str(path))
+    if image is None:
+        raise SystemExit(f"demo: cannot read {path}: run `streamer models fetch`")
     jpeg = cv2.imencode(".jpg", image)[1].tobytes()
     with zmq.Context() as context, context.socket(zmq.PUSH) as push:
         push.setsockopt(zmq.LINGER, 1000)

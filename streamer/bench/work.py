@@ -12,7 +12,7 @@ work included).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -71,7 +71,8 @@ class _QueueRunner:
         if done is None or done.outputs is None:
             detail = done.error.detail if done is not None and done.error else "timed out"
             raise BackendError(f"model {self.info.name!r}: {detail}")
-        return done.outputs
+        # Loaded without device_outputs (ModelSpec): every output is a host array.
+        return cast(Sequence[np.ndarray], done.outputs)
 
     def close(self) -> None:
         self._model.close()

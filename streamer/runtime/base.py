@@ -253,9 +253,9 @@ class QueueModel(Closing, abc.ABC):
         this batch alone is reported by :meth:`dequeue` in this batch's position.
 
         Raises:
-            EnqueueInterruptedError: interrupted before the model took the batch (a
-                queue-mode model, whose recovery may run it elsewhere); the caller keeps the
-                inputs.
+            EnqueueInterruptedError: interrupted (:meth:`interrupt`) or closed before the
+                model took the batch; the caller keeps the inputs, to run elsewhere or to
+                release.
             BackendError: the backend can no longer execute anything.
         """
 

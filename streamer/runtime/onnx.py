@@ -35,7 +35,13 @@ import onnxruntime as ort
 import structlog
 
 from streamer.config import PluginConfig, RuntimeConfig
-from streamer.errors import BackendError, ConfigError, FrameError, ModelError, Reason
+from streamer.errors import (
+    ConfigError,
+    EnqueueInterruptedError,
+    FrameError,
+    ModelError,
+    Reason,
+)
 from streamer.runtime.base import (
     DYNAMIC,
     Backend,
@@ -43,6 +49,7 @@ from streamer.runtime.base import (
     ModelInfo,
     ModelSpec,
     QueueModel,
+    Tensor,
     TensorInfo,
 )
 from streamer.runtime.graph_preprocess import InputNormalization, prepend_normalization
@@ -221,7 +228,7 @@ class OnnxModel(QueueModel):
         self._session = session
         self._input_names = [t.name for t in self.info.inputs]
         self._slots = threading.BoundedSemaphore(spec.max_in_flight)
-        self._pending: queue.SimpleQueue[Sequence[np.ndarray] | None] = queue.SimpleQueue()
+        self._pending: queue.SimpleQueue[Sequence[Tensor] | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[InferenceOutputs] = queue.SimpleQueue()
         self._closed = threading.Event()
         self._interrupted = threading.Event()
@@ -230,7 +237,7 @@ class OnnxModel(QueueModel):
         self._worker = threading.Thread(target=self._run, name=f"onnx-{spec.name}", daemon=True)
         self._worker.start()
 
-    def enqueue(self, inputs: Sequence[np.ndarray]) -> None:
+    def enqueue(self, inputs: Sequence[Tensor]) -> None:
         self._raise_if_stopped()
         while not self._slots.acquire(timeout=_POLL_S):
             self._raise_if_stopped()
@@ -241,9 +248,9 @@ class OnnxModel(QueueModel):
 
     def _raise_if_stopped(self) -> None:
         if self._closed.is_set():
-            raise BackendError(f"model {self.info.name!r} is closed")
+            raise EnqueueInterruptedError(f"model {self.info.name!r} is closed")
         if self._interrupted.is_set():
-            raise BackendError(f"model {self.info.name!r}: enqueue interrupted")
+            raise EnqueueInterruptedError(f"model {self.info.name!r}: enqueue interrupted")
 
     def dequeue(self, timeout_ms: int) -> InferenceOutputs | None:
         try:
@@ -268,7 +275,7 @@ class OnnxModel(QueueModel):
         while (inputs := self._pending.get()) is not None:
             self._done.put(self._execute(inputs))
 
-    def _execute(self, inputs: Sequence[np.ndarray]) -> InferenceOutputs:
+    def _execute(self, inputs: Sequence[Tensor]) -> InferenceOutputs:
         start = time.monotonic_ns()
         try:
             outputs = self._session.run(None, dict(zip(self._input_names, inputs, strict=True)))

@@ -264,7 +264,7 @@ def encode_frame(
     if isinstance(payload, np.ndarray):
         array = np.ascontiguousarray(payload)
         header.update(shape=list(array.shape), dtype=str(array.dtype), color=color)
-        body: bytes | memoryview = memoryview(array).cast("B")
+        body: bytes | memoryview = array.data.cast("B")
     else:
         body = payload
     return [dump_json(header), body]

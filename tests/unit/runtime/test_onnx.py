@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from streamer.cli import main
 from streamer.config import RuntimeConfig
-from streamer.errors import BackendError, ConfigError, ModelError
+from streamer.errors import BackendError, ConfigError, EnqueueInterruptedError, ModelError
 from streamer.runtime import ModelSpec, open_backend
 from streamer.runtime.base import QueueModel
 
@@ -104,8 +104,8 @@ def test_interrupt_ends_an_enqueue_waiting_for_room(short_range_model: Path) -> 
         second, errors = second_enqueue(model, batch)
         model.interrupt()
         second.join(5)
-        assert not second.is_alive() and "interrupted" in str(errors[0])
-        with pytest.raises(BackendError, match="interrupted"):
+        assert not second.is_alive() and isinstance(errors[0], EnqueueInterruptedError)
+        with pytest.raises(EnqueueInterruptedError, match="interrupted"):
             model.enqueue([batch])  # and every later one gives up at once
 
 
