@@ -1,0 +1,49 @@
+"""What a reload hands back: a long-running daemon reloaded on every config change (SIGHUP)
+must not keep its retired chains' models, replicas or sessions alive."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from pathlib import Path
+
+import pytest
+
+from streamer.bench.bench_config import free_port
+from streamer.config import load_config
+from streamer.pipeline import Pipeline
+from streamer.runtime.base import QueueModel
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_reloads_release_every_retired_chain(tmp_path: Path) -> None:
+    """Six reloads alternate the short- and full-range models: once each has swapped, the
+    retired models (each stage's first replica) are referenced no more (nor, then, their chain,
+    stage or session), and the chain in service is the last one loaded."""
+    text = (ROOT / "configs" / "default.toml").read_text()
+    text = text.replace('"127.0.0.1:9555"', '""')
+    text = text.replace("127.0.0.1:5555", f"127.0.0.1:{free_port()}")
+    text = text.replace("127.0.0.1:5556", f"127.0.0.1:{free_port()}")
+    configs = []
+    for asset in ("blazeface_full_range", "blazeface_short_range"):
+        path = tmp_path / f"{asset}.toml"
+        path.write_text(text.replace('"blazeface_short_range"', f'"{asset}"'))
+        configs.append(load_config(path))
+    pipeline = Pipeline.load(configs[1])
+    try:
+        pipeline.start()
+        retired: list[weakref.ref[QueueModel]] = []
+        for turn in range(6):
+            retired += [weakref.ref(model) for model in pipeline.models]
+            assert pipeline.reload(configs[turn % 2], threading.Event(), None)
+        gc.collect()
+        assert [ref() for ref in retired if ref() is not None] == []
+        assert len(pipeline.models) == 1
+        assert pipeline.config.models[0].asset == "blazeface_short_range"
+    finally:
+        pipeline.stop(5.0)
+        pipeline.close()
