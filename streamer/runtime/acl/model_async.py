@@ -10,6 +10,8 @@ raises: an error is recorded and re-raised by ``dequeue``). ``execute_async`` re
 Batches not covered by a callback yet (the interval is not full) are finished by the dequeue
 thread once the oldest has waited ``callback_flush_ms``: it synchronises the stream with a
 timeout, which also drains every earlier callback (they block the stream), so order is kept.
+The enqueue thread goes on submitting meanwhile; a sync waits for those batches too, and
+when it returns a failure's code they fail with the batches it was called for.
 
 A callback carries no status (pyACL ``rt/rt_synchronize.cpp`` calls ``fn(user_data)``), and
 one queued behind a task that failed on the device may never run: under
@@ -77,6 +79,7 @@ class AsyncModel(DatasetModel):
         )
         self._submit_lock = threading.Lock()
         self._uncovered: list[Batch] = []
+        self._submitted_in_sync: list[Batch] | None = None  # while a flush synchronises
         self._callback_error: BaseException | None = None
 
     def _submit(self, batch: Batch) -> None:
@@ -91,6 +94,8 @@ class AsyncModel(DatasetModel):
                 return
             self._push(batch)
             self._uncovered.append(batch)
+            if self._submitted_in_sync is not None:
+                self._submitted_in_sync.append(batch)
             if len(self._uncovered) >= self._options.callback_interval:
                 self._launch_callback()
 
@@ -125,12 +130,17 @@ class AsyncModel(DatasetModel):
             BackendError: ``head``'s callback is overdue and the stream is still busy.
         """
         overdue = head.covered
-        with self._submit_lock:  # nothing is submitted between the snapshot and the sync
+        with self._submit_lock:
             uncovered, self._uncovered = self._uncovered, []
             for batch in uncovered:
                 batch.covered = True
             batches = self._unsettled()
-        ret = self._acl.rt.synchronize_stream_with_timeout(self._stream, timeout_ms)
+            self._submitted_in_sync = []
+        try:
+            ret = self._acl.rt.synchronize_stream_with_timeout(self._stream, timeout_ms)
+        finally:
+            with self._submit_lock:
+                submitted, self._submitted_in_sync = self._submitted_in_sync or [], None
         if ret == AclCode.ERROR_RT_STREAM_SYNC_TIMEOUT:
             if overdue:
                 waited_ms = (time.monotonic_ns() - head.start_ns) / 1e6
@@ -147,7 +157,9 @@ class AsyncModel(DatasetModel):
             error = AclError(ret, code_name(ret), "acl.rt.synchronize_stream_with_timeout")
             # debug: the dequeue thread's budgeted execution_failed warning gives the code
             _log.debug("acl_stream_task_failed", model=self.info.name, code=ret, name=error.name)
-            self._fail_all(batches, inference_error(str(error)))
+            # A batch submitted during the sync ran, or was dropped by the stopped stream, or
+            # is the failed task itself: no later sync can tell, so it fails with the others.
+            self._fail_all([*batches, *submitted], inference_error(str(error)))
             return
         self._finish(batches)
 

@@ -296,3 +296,53 @@ def test_a_device_out_of_memory_names_the_model_the_device_and_the_bytes(
         r"ACL_ERROR_BAD_ALLOC \(200000\)",
         str(refused.value),
     )
+
+
+def test_a_batch_submitted_while_a_flush_synchronises_is_settled_by_that_sync(
+    make_backend: MakeBackend,
+    dynamic_model: Path,
+    frames: list[np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dequeue's flush synchronises the stream for the first two batches, the second of
+    which fails on the device; a third, submitted during that sync, is dropped by the
+    stopped stream. The sync's code fails all three: the third was left in flight, and the
+    next flush, whose sync found the stream idle and clean, published its unwritten outputs
+    as a result."""
+    backend = make_backend(
+        result_timeout_ms=2000,
+        callback_interval=8,  # no callback: every batch is settled by a flush
+        callback_flush_ms=0,
+        sim={"task_fail_every_n_executes": 2, "execute_delay_ms": 300},
+    )
+    model = backend.load(ModelSpec("face", dynamic_model, mode="async", max_in_flight=4))
+    batch = blazeface_input(frames[:1])
+    in_sync, submitted = threading.Event(), threading.Event()
+    rt = backend.simulator.acl.rt
+    synchronize = rt.synchronize_stream_with_timeout
+
+    def synchronize_after_a_submit(stream: int, timeout_ms: int) -> int:
+        if not in_sync.is_set():
+            in_sync.set()
+            assert submitted.wait(5)
+        return synchronize(stream, timeout_ms)
+
+    monkeypatch.setattr(rt, "synchronize_stream_with_timeout", synchronize_after_a_submit)
+
+    def enqueue_three() -> None:
+        model.attach_thread()
+        model.enqueue([batch])
+        model.enqueue([batch])  # fails on the device once the first has run
+        assert in_sync.wait(5)
+        model.enqueue([batch])
+        submitted.set()
+
+    enqueuer = threading.Thread(target=enqueue_three)
+    enqueuer.start()
+    assert backend.simulator.log.wait_for(lambda c: c.api == "acl.mdl.execute_async", 5)
+    results = [model.dequeue(5000) for _ in range(3)]
+    enqueuer.join(5)
+    for done in results:
+        assert done is not None and done.outputs is None and done.error is not None
+        assert "ACL_ERROR_RT_AICORE_EXCEPTION (507015)" in done.error.detail
+    model.close()
