@@ -13,6 +13,9 @@ timeout, which also drains every earlier callback (they block the stream), so or
 The enqueue thread goes on submitting meanwhile; a sync waits for those batches too, and
 when it returns a failure's code they fail with the batches it was called for.
 
+A ``callback_interval`` above the model's ``max_in_flight`` would never fill: it is lowered to
+``max_in_flight`` (``acl_callback_interval_lowered``).
+
 A callback carries no status (pyACL ``rt/rt_synchronize.cpp`` calls ``fn(user_data)``), and
 one queued behind a task that failed on the device may never run: under
 ``ACL_STOP_ON_FAILURE`` the stream stops the tasks after a failed one (HA
@@ -46,6 +49,7 @@ from streamer.runtime.acl.constants import AclCode, CallbackBlock
 from streamer.runtime.acl.errors import AclError, check_ret, code_name
 from streamer.runtime.acl.model_base import ModelParts, inference_error
 from streamer.runtime.acl.model_dataset import Batch, DatasetModel
+from streamer.runtime.acl.options import ModelOptions
 from streamer.runtime.acl.report import ReportThread
 
 __all__ = ["AsyncModel"]
@@ -80,6 +84,7 @@ class AsyncModel(DatasetModel):
         self._submit_lock = threading.Lock()
         self._uncovered: list[Batch] = []
         self._submitted_in_sync: list[Batch] | None = None  # while a flush synchronises
+        self._callback_interval = _callback_interval(self.info.name, options, max_in_flight)
         self._callback_error: BaseException | None = None
 
     def _submit(self, batch: Batch) -> None:
@@ -96,7 +101,7 @@ class AsyncModel(DatasetModel):
             self._uncovered.append(batch)
             if self._submitted_in_sync is not None:
                 self._submitted_in_sync.append(batch)
-            if len(self._uncovered) >= self._options.callback_interval:
+            if len(self._uncovered) >= self._callback_interval:
                 self._launch_callback()
 
     def _launch_callback(self) -> None:
@@ -183,3 +188,18 @@ class AsyncModel(DatasetModel):
             )
         self._release_in_flight()
         return True
+
+
+def _callback_interval(model: str, options: ModelOptions, max_in_flight: int) -> int:
+    """``callback_interval``, at most ``max_in_flight``: more batches than that are never
+    in flight, so a longer interval never fills and every batch would wait
+    ``callback_flush_ms`` for a synchronisation (logged, ``acl_callback_interval_lowered``)."""
+    if options.callback_interval <= max_in_flight:
+        return options.callback_interval
+    _log.warning(
+        "acl_callback_interval_lowered",
+        model=model,
+        callback_interval=options.callback_interval,
+        max_in_flight=max_in_flight,
+    )
+    return max_in_flight

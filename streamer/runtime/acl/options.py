@@ -29,7 +29,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from streamer.config import (
     INT32_MAX,
@@ -105,6 +112,16 @@ class ModelOptions(_Strict):
         "release of a closing (or reloading) model, past which it is abandoned, where the "
         "release does not hold the GIL (ms)",
     )
+
+    @model_validator(mode="after")
+    def _flush_within_result_timeout(self) -> ModelOptions:
+        if self.callback_flush_ms > self.result_timeout_ms:
+            raise ValueError(
+                f"callback_flush_ms ({self.callback_flush_ms:g}) exceeds result_timeout_ms "
+                f"({self.result_timeout_ms}): a batch no callback covers would wait past the "
+                "longest wait for its result"
+            )
+        return self
 
 
 SIM_MAX_DEVICES = 64

@@ -311,7 +311,7 @@ def test_a_batch_submitted_while_a_flush_synchronises_is_settled_by_that_sync(
     as a result."""
     backend = make_backend(
         result_timeout_ms=2000,
-        callback_interval=8,  # no callback: every batch is settled by a flush
+        callback_interval=4,  # three batches: no callback, each is settled by a flush
         callback_flush_ms=0,
         sim={"task_fail_every_n_executes": 2, "execute_delay_ms": 300},
     )

@@ -57,6 +57,10 @@ def test_null_handles() -> None:
         ({"result_timeout_ms": 2**31}, "runtime.options.result_timeout_ms: Input should be less"),
         ({"callback_flush_ms": float("inf")}, "runtime.options.callback_flush_ms: Input should"),
         (
+            {"callback_flush_ms": 600, "result_timeout_ms": 500},
+            "runtime.options: Value error, callback_flush_ms",
+        ),
+        (
             {"op_max_shapes": {"NonMaxSuppressionV6": [[-1, 3]]}},
             "op_max_shapes.NonMaxSuppressionV6",
         ),
@@ -87,6 +91,8 @@ def test_model_options_override_the_runtime_ones() -> None:
     assert parse_model_options(base, {"callback_interval": 2}, "face").callback_interval == 2
     with pytest.raises(ConfigError, match=r"model 'face' options\.sim"):
         parse_model_options(base, {"sim": {}}, "face")
+    with pytest.raises(ConfigError, match=r"model 'face' options: .*callback_flush_ms \(20000\)"):
+        parse_model_options(base, {"callback_flush_ms": 20_000}, "face")
 
 
 def test_unknown_fail_call_and_too_few_devices_are_config_errors() -> None:
