@@ -91,7 +91,7 @@ class AdmissionQueue(Mailbox):
         self._reserved = 0  # places of block frames being prepared
         self._kept: set[Frame] = set()  # queued frames that came in under block
 
-    def offer(self, item: Frame | EndOfStream, policy: FullPolicy) -> None:
+    def offer(self, item: Frame | EndOfStream, policy: FullPolicy) -> str | None:
         """Admit one received item under ``policy`` (see the module docstring).
 
         A good frame is prepared outside the queue's lock, so that several ingresses
@@ -99,22 +99,26 @@ class AdmissionQueue(Mailbox):
         ``block`` its place is reserved before, once there is room: a reload's switch of
         the chain waits for the preparations under way (:meth:`put_marker`), which thus
         never wait for the chain to take frames.
+
+        Returns:
+            The reason ``item`` itself was dropped at once (``stale_seq``, ``shutdown``,
+            ``queue_full``: counted, no result follows), for a ``rep`` or ``router``
+            ingress's reply; None when it was queued, or is a marker.
         """
         if isinstance(item, EndOfStream):
             self._tracker.end(item)
             self.put_marker(item)
-            return
+            return None
         if item.source and item.seq >= 0 and not self._tracker.admit(item):
             self._counts.dropped(Reason.STALE_SEQ)
-            return
+            return Reason.STALE_SEQ
         reserve = policy == "block"
         with self._not_full:
             if not self._ready_to_prepare(reserve):
                 self._drop(item, Reason.SHUTDOWN)
-                return
+                return Reason.SHUTDOWN
             if item.error is not None:
-                self._queue(item, policy)
-                return
+                return self._queue(item, policy)
             self._preparing += 1
             self._reserved += reserve
         try:
@@ -124,7 +128,8 @@ class AdmissionQueue(Mailbox):
         finally:
             with self._lock:
                 self._end_preparing(reserve)
-                self._queue(item, policy)
+                dropped = self._queue(item, policy)
+        return dropped
 
     def put(self, item: Any) -> None:
         """Queue a marker; frames come in through :meth:`offer` only.
@@ -188,9 +193,10 @@ class AdmissionQueue(Mailbox):
         """Frames queued now (a gauge)."""
         return self._frames
 
-    def _queue(self, frame: Frame, policy: FullPolicy) -> None:
+    def _queue(self, frame: Frame, policy: FullPolicy) -> str | None:
         """Under the lock: queue ``frame``, making room under ``policy`` (``block`` made it
-        before, unless other ingresses' frames took it: one of those is dropped)."""
+        before, unless other ingresses' frames took it: one of those is dropped); the reason
+        ``frame`` itself was dropped instead, if it was."""
         if policy == "latest":
             self._supersede(frame)
         while self._frames >= self._capacity:
@@ -199,12 +205,13 @@ class AdmissionQueue(Mailbox):
             if policy == "block":
                 break  # over capacity by this frame, rather than drop a block frame
             self._drop(frame, Reason.QUEUE_FULL)
-            return
+            return Reason.QUEUE_FULL
         self._frames += 1
         self._newest[frame.source] = frame
         if policy == "block":
             self._kept.add(frame)
         self._push(frame)
+        return None
 
     def _ready_to_prepare(self, block: bool) -> bool:
         """Under the lock: wait until no switch of the chain is under way and, for

@@ -28,6 +28,7 @@ from typing import Any
 from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
 from streamer.transport.protocol import (
+    DROPPED_DETAIL,
     MAX_HEADER_BYTES,
     MAX_META_DEPTH,
     load_json,
@@ -126,10 +127,12 @@ def _color(shape: object) -> str | None:
     return _COLORS.get(channels) if type(channels) is int else None
 
 
-def encode_reply(item: Frame | EndOfStream) -> bytes:
+def encode_reply(item: Frame | EndOfStream, dropped: str | None = None) -> bytes:
     """The REP/ROUTER reply to one imagezmq message: ``b"OK"`` as imagezmq's hub sends, or
-    ``b"ERROR <reason>: <detail>"`` when the frame was refused at once (see
+    ``b"ERROR <reason>: <detail>"`` when the frame was refused or dropped at once (see
     :func:`streamer.transport.protocol.encode_ack` for what "at once" covers)."""
+    if dropped is not None:
+        return f"ERROR {dropped}: {DROPPED_DETAIL}".encode()
     if isinstance(item, EndOfStream) or item.error is None:
         return b"OK"
     return f"ERROR {item.error.reason}: {item.error.detail}".encode()

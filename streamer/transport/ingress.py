@@ -9,7 +9,8 @@ one type, all on the one socket):
   ``cam1`` would also let ``cam10`` in); the others are ignored, not counted. imagezmq PUB
   senders send no topic part, so a ``sub`` with ``protocol = "imagezmq"`` takes everything.
 - ``rep`` and ``router``: exactly one reply per request, always, errors included, sent by
-  this thread once the message is checked and queued (before inference): the native
+  this thread once the message is checked and queued, or dropped at once (before
+  inference): the native
   protocol's JSON ack (:func:`~streamer.transport.protocol.encode_ack`) or imagezmq's
   ``OK`` / ``ERROR …`` (:func:`~streamer.transport.imagezmq.encode_reply`). A ``router``
   replies through the request's envelope: the peer identity, and the empty delimiter part
@@ -56,14 +57,15 @@ _REPLY_LINGER_MS = 500  # at close, replies still queued get this long to leave
 _log = structlog.get_logger(__name__)
 
 Reader = Callable[[Sequence[memoryview], int, float], "Frame | EndOfStream"]
-Replier = Callable[["Frame | EndOfStream"], bytes]
+Replier = Callable[["Frame | EndOfStream", "str | None"], bytes]
 
 
 class Admission(Protocol):
     """Where an ingress hands what it receives (the pipeline's admission queue)."""
 
-    def offer(self, item: Frame | EndOfStream, policy: FullPolicy) -> None:
-        """Admit ``item`` under the ``on_full`` policy; may block under ``block``."""
+    def offer(self, item: Frame | EndOfStream, policy: FullPolicy) -> str | None:
+        """Admit ``item`` under the ``on_full`` policy; may block under ``block``. Returns
+        the reason ``item`` was dropped at once (no result follows), or None."""
 
 
 def decode_limits(config: IngressConfig) -> DecodeLimits:
@@ -216,9 +218,9 @@ class Ingress(Worker):
         if isinstance(item, Frame):
             self._check(item)
             self._counts.received()
-        self._put(item)
+        dropped = self._put(item)
         if self._replies:  # REP and ROUTER never block on send: they drop for a gone peer
-            socket.send_multipart([*envelope, self._reply(item)])
+            socket.send_multipart([*envelope, self._reply(item, dropped)])
 
     def _split(self, parts: list[memoryview]) -> tuple[list[bytes], list[memoryview] | None]:
         """(the envelope a reply goes back through, the message proper); the message is None
@@ -247,5 +249,5 @@ class Ingress(Worker):
         except FrameError as error:
             frame.fail(error)
 
-    def _put(self, item: Frame | EndOfStream) -> None:
-        self._admission.offer(item, self._config.on_full)
+    def _put(self, item: Frame | EndOfStream) -> str | None:
+        return self._admission.offer(item, self._config.on_full)

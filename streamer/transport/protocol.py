@@ -31,6 +31,7 @@ from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
 
 __all__ = [
+    "DROPPED_DETAIL",
     "ENCODINGS",
     "PROTOCOL_VERSION",
     "Header",
@@ -221,21 +222,30 @@ def _failed(
     return frame
 
 
-def encode_ack(item: Frame | EndOfStream) -> bytes:
+def encode_ack(item: Frame | EndOfStream, dropped: str | None = None) -> bytes:
     """The reply of a REP or ROUTER ingress to one request, sent once the ingress has checked
     the message (header, image header, size limits) and queued it, before inference.
 
     JSON: ``{"ok": true, "source", "seq"}`` (with ``"eos": true`` for an end-of-stream
-    message), or ``{"ok": false, "source", "seq", "reason", "detail"}`` for a frame refused at
-    once; ``reason`` is the one its error result carries. A frame that fails later (a corrupt
-    image, inference) was acknowledged ``ok`` and gets its error result on the egress.
+    message); ``{"ok": false, "source", "seq", "reason", "detail"}`` for a frame refused at
+    once, ``reason`` being the one its error result carries; or ``{"ok": false, "source",
+    "seq", "reason", "detail", "dropped": true}`` for a frame dropped at once (``dropped``:
+    ``stale_seq``, ``shutdown``, ``queue_full``), which gets no result. A frame that fails
+    later (a corrupt image, inference) was acknowledged ``ok`` and gets its error result on
+    the egress.
     """
     body: dict[str, Any] = {"ok": True, "source": item.source, "seq": item.seq}
     if isinstance(item, EndOfStream):
         body["eos"] = True
+    elif dropped is not None:
+        body.update(ok=False, reason=dropped, detail=DROPPED_DETAIL, dropped=True)
     elif item.error is not None:
         body.update(ok=False, reason=item.error.reason, detail=item.error.detail)
     return dump_json(body)
+
+
+DROPPED_DETAIL = "dropped on arrival; no result follows"
+"""The ``detail`` of a reply to a frame dropped at once (:func:`encode_ack`)."""
 
 
 def encode_frame(

@@ -21,7 +21,7 @@ import pytest
 import zmq
 import zmq.auth
 
-from streamer.transport.protocol import encode_frame
+from streamer.transport.protocol import DROPPED_DETAIL, encode_frame
 from streamer.transport.security import write_key_pair
 
 from .conftest import Client, Daemon, free_port
@@ -99,6 +99,15 @@ def test_rep_router_and_ipc(
     req.send_multipart([b'{"v": 1, "source": "via-rep", "seq": 1}', jpeg])
     refused = json.loads(req.recv())
     assert (refused["ok"], refused["reason"], refused["seq"]) == (False, "bad_header", 1)
+    req.send_multipart(encode_frame("via-rep", 1, jpeg, encoding="jpeg"))  # behind: no result
+    assert json.loads(req.recv()) == {
+        "ok": False,
+        "source": "via-rep",
+        "seq": 1,
+        "reason": "stale_seq",
+        "detail": DROPPED_DETAIL,
+        "dropped": True,
+    }
     dealer = sockets(zmq.DEALER, connect=tcp(router))
     dealer.send_multipart(encode_frame("via-router", 0, jpeg, encoding="jpeg"))
     assert json.loads(dealer.recv())["source"] == "via-router"
@@ -109,7 +118,8 @@ def test_rep_router_and_ipc(
     good += [r for r in results["via-rep"] if not r["error"]]
     assert len(good) == 3 and all(len(r["detections"]) == 1 for r in good)
     final = assert_accounted(daemon)
-    assert final["received"] == 4 + client.probes
+    assert final["received"] == 5 + client.probes
+    assert final["dropped_by_reason"] == {"stale_seq": 1}
 
 
 def test_sub_connects_out_and_takes_only_its_topics(

@@ -59,17 +59,17 @@ def test_block_waits_for_room_and_gives_up_on_abort() -> None:
     assert [f.seq for f in admission.take(1, 1)] == [0]
     blocked.join(2)
     assert not blocked.is_alive() and [f.seq for f in admission.take(1, 1)] == [1]
-    admission.offer(frame("a", 2), "block")
+    assert admission.offer(frame("a", 2), "block") is None
     abort.set()
-    admission.offer(frame("a", 3), "block")
+    assert admission.offer(frame("a", 3), "block") == "shutdown"
     assert counts.snapshot().dropped == {"shutdown": 1}
 
 
 def test_markers_are_never_dropped_and_stale_frames_are() -> None:
     admission, counts, _, _ = make(capacity=1)
-    admission.offer(frame("a", 5), "drop_oldest")
-    admission.offer(frame("a", 5), "drop_oldest")
-    admission.offer(EndOfStream("a", 5), "drop_oldest")
+    assert admission.offer(frame("a", 5), "drop_oldest") is None
+    assert admission.offer(frame("a", 5), "drop_oldest") == "stale_seq"  # said in a reply
+    assert admission.offer(EndOfStream("a", 5), "drop_oldest") is None
     admission.put_marker("stop")
     items = drain(admission)  # a take ends at a marker
     items += drain(admission)
@@ -240,7 +240,7 @@ def test_frames_that_came_in_under_block_are_never_dropped_for_other_ingresses()
     admission.offer(frame("cam", 0), "block")
     admission.offer(frame("live", 0), "drop_oldest")
     admission.offer(frame("cam", 1), "block")
-    admission.offer(frame("live", 1), "drop_oldest")  # full: drops live 0, not cam 0
+    assert admission.offer(frame("live", 1), "drop_oldest") is None  # drops live 0, not cam 0
     admission.offer(frame("cam", 2), "latest")  # supersedes no block frame; drops live 1
     assert [(f.source, f.seq) for f in dropped] == [("live", 0), ("live", 1)]
     queued = [(f.source, f.seq) for f in admission.take(8, 1)]
@@ -249,7 +249,7 @@ def test_frames_that_came_in_under_block_are_never_dropped_for_other_ingresses()
     admission.offer(frame("cam", 3), "block")
     admission.offer(frame("cam", 4), "block")
     admission.offer(frame("cam", 5), "block")
-    admission.offer(frame("live", 2), "drop_oldest")  # only block frames queued
+    assert admission.offer(frame("live", 2), "drop_oldest") == "queue_full"  # only block ones
     assert [(f.source, f.seq) for f in dropped][-1] == ("live", 2)
     assert [f.seq for f in admission.take(8, 1)] == [3, 4, 5]
     assert counts.snapshot().dropped == {"queue_full": 3}

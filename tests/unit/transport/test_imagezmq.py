@@ -137,3 +137,7 @@ def test_reply_is_ok_or_an_error_line() -> None:
     assert encode_reply(frame) == b"OK"
     frame.fail(FrameError(Reason.TOO_LARGE, "image is 9000x9000"))
     assert encode_reply(frame) == b"ERROR too_large: image is 9000x9000"
+    dropped = Frame("cam", 0, 1, 2.0)
+    assert encode_reply(dropped, "queue_full") == (
+        b"ERROR queue_full: dropped on arrival; no result follows"
+    )
