@@ -204,14 +204,15 @@ class SourceTracker:
         return True
 
     def _refuse(self, frame: Frame) -> None:
-        """Under the lock: fail ``frame``, of a new source beyond ``max_sources``, unless it
-        failed already; log it within the budget."""
-        if frame.error is None:
-            detail = (
-                f"{self._max_sources} sources are tracked (daemon.max_sources); a new one is "
-                "admitted once one has been silent for daemon.source_idle_s"
-            )
-            frame.fail(FrameError(Reason.TOO_MANY_SOURCES, detail))
+        """Under the lock: fail ``frame``, of a new source beyond ``max_sources``, and log it
+        within the budget; a frame that failed already keeps its reason and is not logged."""
+        if frame.error is not None:
+            return
+        detail = (
+            f"{self._max_sources} sources are tracked (daemon.max_sources); a new one is "
+            "admitted once one has been silent for daemon.source_idle_s"
+        )
+        frame.fail(FrameError(Reason.TOO_MANY_SOURCES, detail))
         if (suppressed := self._refuse_lines.take()) is not None:
             _log.warning(
                 "too_many_sources",

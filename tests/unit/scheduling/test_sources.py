@@ -243,8 +243,10 @@ def test_a_frame_failed_already_keeps_its_reason_beyond_max_sources() -> None:
     tracker = SourceTracker(idle_evict_s=60, max_sources=1)
     assert tracker.admit(frame("a", 0))
     bad = refused("b", 7)
-    assert tracker.admit(bad)
+    with capture_logs() as logs:
+        assert tracker.admit(bad)
     assert bad.error is not None and bad.error.reason == Reason.BAD_HEADER and bad.order == -1
+    assert logs == []  # too_many_sources would say why it failed, wrongly
 
 
 def test_a_stuck_source_holds_its_place_until_forgotten_anyway() -> None:
