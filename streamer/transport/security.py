@@ -318,10 +318,15 @@ class HandshakeMonitor:
 
 
 def _describe(event: int, value: int) -> str:
-    """A failed handshake's cause: the errno name of a socket error (``NO_DETAIL``), or the
-    ``PROTOCOL_ERROR_*`` name of a protocol error."""
+    """A failed handshake's cause: the ``PROTOCOL_ERROR_*`` name of a protocol error, or the
+    errno name of a socket error (``NO_DETAIL``). A client whose mechanism or server key does
+    not match may notice first and hang up: the server then sees only the broken connection
+    (EPIPE, ECONNRESET), which is said with its likely cause."""
     if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-        return errno.errorcode.get(value, str(value))
+        name = errno.errorcode.get(value, str(value))
+        if value in (errno.EPIPE, errno.ECONNRESET):
+            return f"{name}: the peer hung up mid-handshake (no CURVE, or another server key?)"
+        return name
     try:
         return str(zmq.Event(value).name)
     except ValueError:

@@ -142,6 +142,8 @@ def test_only_allowed_clients_get_through_and_others_are_logged_once(
     # error the server sees when the client noticed the mismatch first) is logged once.
     failed = [e["error"] for e in logs if e["event"] == "curve_handshake_failed"]
     assert failed and len(failed) == len(set(failed))
+    mismatch = ("PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", "the peer hung up mid-handshake")
+    assert all(any(cause in error for cause in mismatch) for error in failed), failed
 
 
 def test_without_an_authenticator_a_curve_socket_admits_nobody(
