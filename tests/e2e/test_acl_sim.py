@@ -10,6 +10,7 @@ import cv2
 import pytest
 
 from streamer.clients.producer import produce
+from streamer.runtime.acl.constants import AclCode
 from streamer.transport.protocol import encode_frame
 
 from .conftest import (
@@ -70,6 +71,22 @@ def test_two_dynamic_kinds_fail_at_start(tmp_path: Path, assets: dict[str, Path]
     assert result.returncode == 2, result.stdout + result.stderr
     assert "model 'face'" in result.stderr
     assert "mutually exclusive" in result.stdout + result.stderr
+
+
+def test_findings_are_logged_once_before_stopped(
+    start_daemon: Any, tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """A release that fails (an injected ``acl.finalize`` failure) leaves its resource
+    behind: the simulator's finding says so once, before the daemon's ``stopped`` line,
+    though the daemon closes its pipeline twice (as it stops, then on its way out)."""
+    settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
+    code = int(AclCode.ERROR_INVALID_PARAM)
+    sim = f'[runtime.options.sim]\nfail_calls = {{"acl.finalize" = {code}}}'
+    daemon = start_daemon(**settings, runtime_extra=sim)
+    assert daemon.stop() == 1, "a failed release exits 1"
+    events = [e["event"] for e in daemon.logs]
+    assert events.count("acl_sim_resources_left") == 1, events
+    assert events.index("acl_sim_resources_left") < events.index("stopped")
 
 
 def mtcnn_on(backend: str, folder: Path, edit: Edit = lambda text: text) -> tuple[Path, int, ...]:

@@ -66,6 +66,7 @@ class AclSimBackend(AclBackend):
                 f"runtime.devices uses device {needed - 1}"
             )
         self.simulator = Simulator(sim_options, device_count=needed)
+        self._findings_logged = False
         super().__init__(
             config,
             acl=self.simulator.acl,
@@ -75,7 +76,8 @@ class AclSimBackend(AclBackend):
 
     def close(self) -> None:
         """Close as :meth:`AclBackend.close` does, then log the broken rules and the resources
-        left (module docstring).
+        left (module docstring). Idempotent: the findings are logged by the first call only
+        (a daemon closes its pipeline as it stops, then again on its way out).
 
         Raises:
             AclError: a release failed (every release is still attempted).
@@ -84,7 +86,9 @@ class AclSimBackend(AclBackend):
         try:
             super().close()
         finally:
-            self._log_findings()
+            if not self._findings_logged:
+                self._findings_logged = True
+                self._log_findings()
 
     def _log_findings(self) -> None:
         violations = self.simulator.violations

@@ -38,3 +38,15 @@ def test_a_clean_run_logs_nothing_at_close(make_backend: MakeBackend) -> None:
     with capture_logs() as logs:
         backend.close()
     assert [e for e in logs if e["event"].startswith("acl_sim_")] == []
+
+
+def test_a_second_close_logs_the_findings_no_more() -> None:
+    """A daemon closes its pipeline as it stops, then again on its way out: the findings are
+    logged once, by the first close."""
+    backend = open_backend(RuntimeConfig(backend="acl-sim"))
+    acl = backend.simulator.acl  # type: ignore[attr-defined]
+    assert acl.rt.free(0x3039) == AclCode.ERROR_INVALID_PARAM
+    with capture_logs() as logs:
+        backend.close()
+        backend.close()
+    assert [e["event"] for e in logs] == ["acl_sim_rules_broken"]
