@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 import zmq
 
-from streamer.errors import ClientError
+from streamer.errors import ClientError, Reason
 from streamer.lifecycle import Closing
 
 __all__ = [
@@ -161,7 +161,13 @@ class Summary:
         per_source: results per source (``eos`` results not counted).
         errors: error results by ``error.reason``.
         detections: frames without error by number of detections: ``0``, ``1``, ``2+``.
-        out_of_order: results whose ``seq`` is not above every earlier seq of their source.
+        out_of_order: results whose ``seq`` is not above every earlier seq of their source
+            since the source's last restart or end of stream. The daemon's rules (README,
+            "Wire protocol") decide: a ``seq`` of 0 is a restart, and after an ``eos`` any
+            ``seq`` starts the count anew; a ``bad_header`` result, whose ``seq`` nobody
+            vouches for, is judged only when it is the next one (``last + 1``). A restart
+            with a counter not at 0, which the daemon confirms by a frame it drops, is not
+            seen here: its results count until they pass the old ``seq``.
         eos: sources whose ``eos`` result arrived.
         latencies_ms: ``latency_ms.total`` of every result that has it (ms).
     """
@@ -180,9 +186,10 @@ class Summary:
         source = str(result.get("source", ""))
         if result.get("eos") is True:
             self.eos.add(source)
+            self._max_seq.pop(source, None)
             return
         self.per_source[source] += 1
-        self._check_order(source, result.get("seq", -1))
+        self._check_order(source, result)
         total = (result.get("latency_ms") or {}).get("total")
         if isinstance(total, (int, float)):
             self.latencies_ms.append(float(total))
@@ -211,9 +218,12 @@ class Summary:
             "latency_ms": self.latency_percentiles_ms(),
         }
 
-    def _check_order(self, source: str, seq: int) -> None:
-        last = self._max_seq.get(source)
-        if last is not None and seq <= last:
+    def _check_order(self, source: str, result: dict[str, Any]) -> None:
+        seq, last = result.get("seq"), self._max_seq.get(source)
+        refused = (result.get("error") or {}).get("reason") == Reason.BAD_HEADER
+        if not isinstance(seq, int) or (refused and (last is None or seq != last + 1)):
+            return
+        if last is not None and seq != 0 and seq <= last:
             self.out_of_order += 1
         else:
             self._max_seq[source] = seq

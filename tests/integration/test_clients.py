@@ -367,6 +367,24 @@ def test_subscriber_stops_on_eos_and_summarises(context: Context, sockets: list[
     }
 
 
+def test_summary_follows_the_daemon_across_a_restart_or_an_end_of_stream() -> None:
+    """A source that ends its stream and starts again (produce.py run twice, a camera that
+    counts from 1), or restarts at seq 0 without an end of stream (a camera restart), is in
+    order again, as the daemon sees it; every later result used to count as out of order. A
+    bad_header result's seq is trusted, as the daemon trusts it, only when it is the next one."""
+    messages = [_result("cam", seq) for seq in range(5)]
+    messages += [_eos("cam", 4), *(_result("cam", seq) for seq in (0, 1, 2))]
+    messages += [_eos("cam", 2), *(_result("cam", seq) for seq in (1, 2))]  # any seq after eos
+    messages += [_result("cam", 0), _result("cam", 1), _result("cam", 1)]  # restart, duplicate
+    messages += [_error("cam", 0, "bad_header"), _error("cam", -1, "bad_header")]  # untrusted
+    messages += [_error("cam", 2, "bad_header"), _result("cam", 2)]  # trusted, a duplicate
+    summary = Summary()
+    for message in messages:
+        summary.add(json.loads(message[1]))
+    assert summary.out_of_order == 2
+    assert summary.per_source == {"cam": 17} and summary.eos == {"cam"}
+
+
 def test_subscriber_stops_after_count_or_idle_timeout(
     context: Context, sockets: list[Socket]
 ) -> None:
