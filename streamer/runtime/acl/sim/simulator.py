@@ -165,6 +165,12 @@ class Simulator:
     def load_with_q(self, path: str, inputs: list[int], outputs: list[int]) -> int:
         """``aclmdlLoadFromFileWithQ`` (S17, S18); returns the model id.
 
+        S17's two refusals differ: a dynamic-shape model breaks the rule (its description
+        says so before any load), while an OM2 file is a documented refusal no caller can
+        foresee (its format is not in its description), which ``mode = "auto"`` answers by
+        falling back to async on purpose; the refusal is returned, not counted as a
+        violation.
+
         Raises:
             SimError: an OM2 file (``ACL_ERROR_API_NOT_SUPPORT``), a dynamic-shape model
                 (``ACL_ERROR_GE_PARAM_INVALID``), wrong queues, or an injected failure
@@ -175,7 +181,7 @@ class Simulator:
         if self.faults.with_q_load_fails():
             raise SimError(AclCode.ERROR_GE_LOAD_MODEL, None, "injected load failure")
         if image.om2:
-            raise SimError(AclCode.ERROR_API_NOT_SUPPORT, "S17", "OM2 models cannot load WithQ")
+            raise SimError(AclCode.ERROR_API_NOT_SUPPORT, None, "OM2 models cannot load WithQ")
         if image.kind != DynamicKind.STATIC:
             raise SimError(AclCode.ERROR_GE_PARAM_INVALID, "S17", "WithQ needs a static shape")
         model = self.models.load(image, context.handle, context.device)

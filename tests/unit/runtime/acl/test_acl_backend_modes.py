@@ -114,6 +114,7 @@ def test_auto_mode_choices(
     om2 = make_model("om2", {"input_shape": {"input": [4, 3, 128, 128]}, "om2": True})
     with backend.load(ModelSpec("face", om2)) as model:
         assert isinstance(model, AsyncModel), "WithQ refuses OM2: auto falls back to async"
+    assert backend.simulator.violations == [], "a documented fallback breaks no rule"
     with pytest.raises(ModelError, match="mode 'queue' refused by the runtime"):
         backend.load(ModelSpec("face", om2, mode="queue"))
 
