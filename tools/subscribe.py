@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,6 +27,21 @@ from streamer.clients import (
     result_line,
 )
 from streamer.errors import StreamerError
+
+
+def _in_writable_directory(
+    _ctx: click.Context, _param: click.Parameter, path: Path | None
+) -> Path | None:
+    """``path``, once its directory is known to exist and, for a new file, to be writable:
+    a usage error before anything connects, not a failure after the results were read."""
+    if path is None:
+        return None
+    directory = path.parent
+    if not directory.is_dir():
+        raise click.BadParameter(f"{path}: directory {directory} does not exist")
+    if not path.exists() and not os.access(directory, os.W_OK):
+        raise click.BadParameter(f"{path}: directory {directory} is not writable")
+    return path
 
 
 @click.command()
@@ -45,7 +61,8 @@ from streamer.errors import StreamerError
     "--expect-eos",
     multiple=True,
     metavar="SOURCE",
-    help="Stop once this source's end-of-stream arrived (repeatable).",
+    help="Stop once this source's end-of-stream arrived (repeatable); exit 1 if the run "
+    "stops otherwise (--count, --idle-timeout, Ctrl-C) before it did.",
 )
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many results.")
 @click.option(
@@ -66,6 +83,7 @@ from streamer.errors import StreamerError
 @click.option(
     "--jsonl",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    callback=_in_writable_directory,
     help="Write every result to this file, one JSON object a line.",
 )
 @click.option(
@@ -76,12 +94,14 @@ from streamer.errors import StreamerError
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    callback=_in_writable_directory,
     help="The annotated video to write (.mp4).",
 )
 @click.option(
     "--summary",
     "summary_path",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    callback=_in_writable_directory,
     help="Also write the summary to this JSON file.",
 )
 def main(
@@ -100,7 +120,10 @@ def main(
     summary (results per source, errors, detections per frame, latency percentiles)."""
     if (annotate is None) != (out is None):
         raise click.UsageError("--annotate VIDEO and --out OUT.mp4 go together")
+    if sources and (filtered := set(expect_eos) - set(sources)):
+        raise click.UsageError(f"--expect-eos {_names(filtered)}: not among the --source ones")
     summary = Summary()
+    interrupted = False
     try:
         with contextlib.ExitStack() as stack:
             sinks = _open_sinks(stack, jsonl, annotate, out, sources)
@@ -108,16 +131,44 @@ def main(
             results = subscriber.results(
                 expect_eos=expect_eos, count=count, idle_timeout_s=idle_timeout_s or None
             )
-            with contextlib.suppress(KeyboardInterrupt):
+            try:
                 for result in results:
                     summary.add(result)
                     _handle(result, print_lines, *sinks)
-    except StreamerError as exc:
+            except KeyboardInterrupt:
+                interrupted = True
+    except (StreamerError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
+    _report(summary, summary_path)
+    if missing := set(expect_eos) - summary.eos:
+        why = _stop_reason(summary, interrupted, count, idle_timeout_s)
+        raise click.ClickException(f"no end of stream from {_names(missing)}: {why}")
+
+
+def _report(summary: Summary, path: Path | None) -> None:
+    """Print the summary as JSON, and write it to ``path`` too if given."""
     report = json.dumps(summary.as_dict(), indent=2)
     click.echo(report)
-    if summary_path is not None:
-        summary_path.write_text(report + "\n")
+    if path is not None:
+        try:
+            path.write_text(report + "\n")
+        except OSError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def _stop_reason(
+    summary: Summary, interrupted: bool, count: int | None, idle_timeout_s: float
+) -> str:
+    """Why the results stopped before every expected end of stream came."""
+    if interrupted:
+        return "interrupted"
+    if count is not None and sum(summary.per_source.values()) >= count:
+        return f"--count {count} results came first"
+    return f"{idle_timeout_s} s passed without a result"
+
+
+def _names(sources: set[str]) -> str:
+    return ", ".join(repr(source) for source in sorted(sources))
 
 
 def _open_sinks(

@@ -402,6 +402,70 @@ def test_subscriber_stops_after_count_or_idle_timeout(
     assert Summary().as_dict()["latency_ms"] == {"p50": None, "p95": None, "p99": None}
 
 
+SUBSCRIBE = [sys.executable, str(ROOT / "tools" / "subscribe.py")]
+
+
+def test_subscribe_tool_refuses_a_file_it_cannot_write_as_a_usage_error(tmp_path: Path) -> None:
+    """A --jsonl, --summary or --out in a directory that does not exist is a usage error
+    naming the path (exit 2), before anything connects; --jsonl was a traceback, --summary
+    one after every result had been read."""
+    missing = tmp_path / "no" / "such"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    for option in (["--jsonl", str(missing / "x.jsonl")], ["--summary", str(missing / "s.json")]):
+        command = [*SUBSCRIBE, "--endpoint", endpoint, "--idle-timeout", "0.1", *option]
+        run = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2, run.stderr[-2000:]
+        assert f"Invalid value for '{option[0]}': {option[1]}: directory {missing}" in run.stderr
+        assert "Traceback" not in run.stderr and run.stdout == ""
+    video = ["--annotate", "carphone.mp4", "--out", str(missing / "a.mp4")]
+    run = subprocess.run([*SUBSCRIBE, *video], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "Invalid value for '--out'" in run.stderr
+
+
+def _subscribe_tool(
+    xpub: Socket, messages: list[list[bytes]], *options: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``tools/subscribe.py`` on ``xpub``'s endpoint with ``options``, publish
+    ``messages`` once it subscribed, and wait for it to stop by itself."""
+    endpoint = xpub.getsockopt_string(zmq.LAST_ENDPOINT)
+    command = [*SUBSCRIBE, "--endpoint", endpoint, "--idle-timeout", "0.5", *options]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as tool:
+        _await_subscriptions(xpub, {b""})
+        for message in messages:
+            xpub.send_multipart(message)
+        out, err = tool.communicate(timeout=60)
+    return subprocess.CompletedProcess(command, tool.returncode, out.decode(), err.decode())
+
+
+def test_subscribe_tool_fails_when_an_expected_end_of_stream_never_came(
+    context: Context, sockets: list[Socket]
+) -> None:
+    """--expect-eos exits 0 only when every such source's end of stream arrived; stopped
+    before (by the idle timeout or --count) it exits 1 naming the sources still missing (it
+    used to exit 0)."""
+    xpub, _ = _bind(context, zmq.XPUB, sockets)
+    expect = ("--expect-eos", "a", "--expect-eos", "b")
+    a_only = [_result("a", 0), _eos("a", 0), _result("b", 0)]
+    idle = _subscribe_tool(xpub, a_only, *expect)
+    assert idle.returncode == 1, idle.stderr[-2000:]
+    assert "Error: no end of stream from 'b': 0.5 s passed without a result" in idle.stderr
+    assert json.loads(idle.stdout[idle.stdout.index("{") :])["eos"] == ["a"]
+
+    counted = _subscribe_tool(xpub, a_only, "--count", "1", *expect)
+    assert counted.returncode == 1
+    assert "no end of stream from 'a', 'b': --count 1 results came first" in counted.stderr
+
+    both = _subscribe_tool(xpub, [*a_only, _eos("b", 0)], *expect)
+    assert both.returncode == 0 and both.stderr == "", both.stderr[-2000:]
+
+    filtered = subprocess.run(
+        [*SUBSCRIBE, "--source", "a", *expect], capture_output=True, text=True, timeout=60
+    )
+    assert (
+        filtered.returncode == 2 and "--expect-eos 'b': not among the --source" in filtered.stderr
+    )
+
+
 def test_result_line_is_one_compact_line() -> None:
     lines = [
         result_line(json.loads(message[1]))
