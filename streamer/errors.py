@@ -13,6 +13,7 @@
     ├── FrameError             one frame cannot be processed; becomes an error result with a
     │                          stable machine-readable ``reason``, never stops the daemon
     └── ClientError            a producer or subscriber (``streamer.clients``) cannot do its job
+        └── SendTimeoutError   no daemon took a producer's message within its send timeout
 
 Foreign exceptions (onnxruntime, OpenCV, ZeroMQ, pyACL return codes) are translated into this
 tree at the boundary where they occur, with ``raise ... from exc``.
@@ -29,6 +30,7 @@ __all__ = [
     "ModelError",
     "OutputLostError",
     "Reason",
+    "SendTimeoutError",
     "StreamerError",
 ]
 
@@ -124,3 +126,16 @@ class FrameError(StreamerError):
 
 class ClientError(StreamerError):
     """A producer or subscriber cannot do its job: unreadable input, bad endpoint, no daemon."""
+
+
+class SendTimeoutError(ClientError):
+    """No daemon took a producer's message within its send timeout.
+
+    Attributes:
+        connected: True when a daemon is connected and pushing back (its queue to it is
+            full), False when none is (never was, or the connection was lost).
+    """
+
+    def __init__(self, message: str, *, connected: bool) -> None:
+        super().__init__(message)
+        self.connected = connected

@@ -58,7 +58,8 @@ from streamer.transport.protocol import ENCODINGS
     type=click.FloatRange(min=0, min_open=True),
     default=5.0,
     show_default=True,
-    help="Seconds to wait for the daemon to take a frame before giving up.",
+    help="Seconds to wait for the daemon to take a frame (or the end-of-stream) before "
+    "giving up on it and the frames after it; the exit code is then 1.",
 )
 @click.option(
     "--close-timeout",

@@ -14,6 +14,7 @@ from streamer.clients.producer import (
     Pacer,
     Producer,
     ProducerStats,
+    SendTimeoutError,
     open_input,
     produce,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "Pacer",
     "Producer",
     "ProducerStats",
+    "SendTimeoutError",
     "Subscriber",
     "Summary",
     "draw_result",

@@ -29,7 +29,7 @@ import zmq
 
 from streamer.assets import media_path
 from streamer.clients.outbox import Outbox
-from streamer.errors import ClientError
+from streamer.errors import ClientError, SendTimeoutError
 from streamer.lifecycle import Closing
 from streamer.transport.protocol import ENCODINGS, encode_eos, encode_frame
 
@@ -42,6 +42,7 @@ __all__ = [
     "Pacer",
     "Producer",
     "ProducerStats",
+    "SendTimeoutError",
     "open_input",
     "produce",
 ]
@@ -194,9 +195,10 @@ class Producer(Closing):
     """Sends the frames of one source on a PUSH socket connected to a daemon's ingress.
 
     The socket sets ``IMMEDIATE`` (frames queue only on a completed connection), ``SNDHWM``
-    and ``SNDTIMEO``, so a send with no daemon listening fails after ``send_timeout_s``
-    instead of hanging. :meth:`close` waits at most ``close_timeout_s`` for the queued
-    messages to leave and reports how many it gave up on (:attr:`undelivered`).
+    and ``SNDTIMEO``, so a send that no daemon takes fails after ``send_timeout_s`` instead
+    of hanging, saying whether a daemon is connected (:class:`SendTimeoutError`).
+    :meth:`close` waits at most ``close_timeout_s`` for the queued messages to leave and
+    reports how many it gave up on (:attr:`undelivered`).
 
     Not thread-safe: create and use it from one thread (it owns a ZMQ socket).
 
@@ -284,8 +286,8 @@ class Producer(Closing):
             The message size in bytes, header included.
 
         Raises:
-            ClientError: the image is empty or cannot be encoded, the producer is closed, or
-                no daemon took the message within ``send_timeout_s``.
+            SendTimeoutError: no daemon took the message within ``send_timeout_s``.
+            ClientError: the image is empty or cannot be encoded, or the producer is closed.
         """
         self._check_open()
         payload = _encode(image, self.encoding, self._quality)
@@ -310,8 +312,8 @@ class Producer(Closing):
             Whether it was sent (always True when ``wait``).
 
         Raises:
-            ClientError: the producer is closed, or ``wait`` and no daemon took the message
-                within ``send_timeout_s``.
+            SendTimeoutError: ``wait``, and no daemon took it within ``send_timeout_s``.
+            ClientError: the producer is closed.
         """
         self._check_open()
         parts = encode_eos(self.source, max(self._seq - 1, 0))
@@ -374,7 +376,7 @@ class Producer(Closing):
         a blocked send after a signal, so a Ctrl-C is seen between two slices only.
 
         Raises:
-            ClientError: no daemon took the message within ``send_timeout_s``.
+            SendTimeoutError: no daemon took the message within ``send_timeout_s``.
         """
         if not self._first_ns:
             self._first_ns = time.monotonic_ns()
@@ -385,11 +387,32 @@ class Producer(Closing):
                 break
             except zmq.Again:
                 if time.monotonic() >= deadline:
-                    raise ClientError(
-                        f"no daemon took a message on {self.endpoint} within "
-                        f"{self.send_timeout_s} s; is `streamer run` listening there?"
-                    ) from None
+                    raise self._send_timeout() from None
         self._last_ns = time.monotonic_ns()
+
+    def _send_timeout(self) -> SendTimeoutError:
+        """Why a send found no room for ``send_timeout_s``. With ``IMMEDIATE`` there is room
+        on a completed connection whose queue is not full, so either none is complete, and
+        libzmq holds none of the messages sent (a lost connection drops its queue), or the
+        daemon does not read, and the connection's queue holds ``SNDHWM`` of them."""
+        waited = f"no message was taken for {self.send_timeout_s} s"
+        if len(self._outbox):
+            return SendTimeoutError(
+                f"the daemon at {self.endpoint} is connected but {waited}: it is pushing back "
+                "(it processes frames slower than they are sent, or has stalled)",
+                connected=True,
+            )
+        if self._last_ns:
+            return SendTimeoutError(
+                f"the connection to the daemon at {self.endpoint} was lost, with the frames "
+                f"queued for it (is `streamer run` still running there?), and {waited}",
+                connected=False,
+            )
+        return SendTimeoutError(
+            f"no daemon is connected at {self.endpoint} (is `streamer run` listening there?): "
+            f"{waited}",
+            connected=False,
+        )
 
 
 _SEND_SLICE_S = 0.1
@@ -475,8 +498,12 @@ def produce(
 ) -> ProducerStats:
     """Send every frame of ``media`` to a daemon, then end-of-stream.
 
-    When a KeyboardInterrupt stops the frames (it is re-raised), nothing waits: end-of-stream
-    is sent only if the daemon takes it at once, and frames still queued are discarded.
+    When a send times out, the frames after it are not sent; the end of stream still is,
+    waiting up to ``send_timeout_s`` for room, unless no daemon is connected (then only if
+    it can be queued at once). Either way :meth:`Producer.close` then waits up to
+    ``close_timeout_s`` for what is queued to leave. When a KeyboardInterrupt stops the
+    frames (it is re-raised), nothing waits: end-of-stream is sent only if the daemon takes
+    it at once, and frames still queued are discarded.
 
     Args:
         media: a :class:`MediaInput`, or anything :func:`open_input` resolves.
@@ -497,15 +524,18 @@ def produce(
 
     Raises:
         AssetError: ``media`` names no existing path and no fetched media.
-        ClientError: the input cannot be read, no daemon took a message in time, or
-            frames or the end-of-stream were still queued ``close_timeout_s`` after the last
-            send (they were discarded; the message says how many).
+        ClientError: the input cannot be read; or the run ended short: a send timed out
+            (whether a daemon is connected, see :class:`SendTimeoutError`), or frames or the
+            end-of-stream were still queued ``close_timeout_s`` after the last send and
+            were discarded. The message then counts the frames sent, says from which
+            ``seq`` on none were, names the frames discarded (their count and ``seq``
+            range) and whether the end of stream was sent.
         ValueError: a bad encoding, quality, fps, limit, loop or close timeout.
     """
     if loop < 0 or (limit is not None and limit < 0):
         raise ValueError(f"loop and limit must be >= 0, got loop={loop}, limit={limit}")
     media = media if isinstance(media, MediaInput) else open_input(media)
-    pacer = Pacer(fps)
+    frames = itertools.islice(_passes(media, loop), limit)
     with Producer(
         endpoint,
         source=source or media.name,
@@ -515,26 +545,89 @@ def produce(
         close_timeout_s=close_timeout_s,
         context=context,
     ) as producer:
-        try:
-            for image, name in itertools.islice(_passes(media, loop), limit):
-                pacer.wait()
-                frame_meta = meta if name is None else {**(meta or {}), "file": name}
-                size = producer.send(image, ts=time.time(), meta=frame_meta)
-                if on_sent is not None:
-                    on_sent(size)
-        except KeyboardInterrupt:
-            producer.send_eos(wait=False)
-            producer.abort()
-            raise
+        stopped = _send_frames(producer, frames, Pacer(fps), meta, on_sent)
+        eos_failure = _end_stream(producer, stopped)
+    if stopped is None and eos_failure is None and not producer.undelivered:
+        return producer.stats
+    raise ClientError(_shortfall(producer, stopped, eos_failure))
+
+
+def _send_frames(
+    producer: Producer,
+    frames: Iterator[tuple[np.ndarray, str | None]],
+    pacer: Pacer,
+    meta: dict[str, Any] | None,
+    on_sent: Callable[[int], None] | None,
+) -> SendTimeoutError | None:
+    """Send the named ``frames`` (:func:`produce`'s loop); the send timeout that stopped
+    them, None when every one was sent. A KeyboardInterrupt aborts the producer, after an
+    end of stream only if it is taken at once, and is re-raised."""
+    try:
+        for image, name in frames:
+            pacer.wait()
+            frame_meta = meta if name is None else {**(meta or {}), "file": name}
+            size = producer.send(image, ts=time.time(), meta=frame_meta)
+            if on_sent is not None:
+                on_sent(size)
+    except SendTimeoutError as exc:
+        return exc
+    except KeyboardInterrupt:
+        producer.send_eos(wait=False)
+        producer.abort()
+        raise
+    return None
+
+
+def _end_stream(producer: Producer, stopped: SendTimeoutError | None) -> SendTimeoutError | None:
+    """Queue the end of stream after the frames sent: waiting for room, unless ``stopped``
+    found no daemon connected; None once queued, otherwise why it was not."""
+    if stopped is not None and not stopped.connected:
+        return None if producer.send_eos(wait=False) else stopped
+    try:
         producer.send_eos()
+    except SendTimeoutError as exc:
+        return exc
+    return None
+
+
+def _shortfall(
+    producer: Producer, stopped: SendTimeoutError | None, eos_failure: SendTimeoutError | None
+) -> str:
+    """What a run that ended short tells its operator: why, the frames sent and not sent,
+    those given up on still queued, and whether the end of stream was sent. A connection
+    lost drops what it had queued unseen, so nothing is said of those frames then."""
+    failure, sent = stopped or eos_failure, producer.stats.frames
+    told = f"sent {sent} frame(s)"
+    if stopped is not None:
+        told += f", none from seq {sent} on"
     if producer.undelivered:
-        raise ClientError(
-            f"{producer.undelivered} message(s) (the last frames or the end-of-stream) were still "
-            f"queued for {endpoint} {close_timeout_s} s after the last send and were discarded: "
-            "the daemon takes frames slower than they were sent; allow a longer close timeout "
-            "or send at a lower fps"
+        told += f"; {_discarded(producer, eos_queued=eos_failure is None)}"
+    elif sent and (failure is None or failure.connected):
+        told += "; all of them left" + (
+            " and so did the end of stream" if eos_failure is None else ""
         )
-    return producer.stats
+    if eos_failure is not None:
+        told += "; the end of stream was not sent"
+    if failure is None:
+        return (
+            f"{told}: the daemon at {producer.endpoint} takes frames slower than they were "
+            "sent; allow a longer close timeout or send at a lower fps"
+        )
+    hint = "; allow a longer send timeout or send at a lower fps" if failure.connected else ""
+    return f"{failure}; {told}{hint}"
+
+
+def _discarded(producer: Producer, *, eos_queued: bool) -> str:
+    """The messages :meth:`Producer.close` gave up on: the last ones sent, the end of
+    stream last when it was queued."""
+    sent, lost = producer.stats.frames, producer.undelivered
+    frames = lost - eos_queued
+    what = "the end of stream"
+    if frames:
+        first = sent - frames
+        seqs = f"seq {first}" if frames == 1 else f"seq {first}-{sent - 1}"
+        what = f"the last {frames} frame(s) ({seqs})" + (" and " + what if eos_queued else "")
+    return f"{what}, still queued {producer.close_timeout_s} s after the last send, discarded"
 
 
 def _passes(media: MediaInput, loop: int) -> Iterator[tuple[np.ndarray, str | None]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -171,9 +172,13 @@ def test_producer_without_a_daemon_fails_clearly(context: Context) -> None:
     # connect right after could still reach it and the frame would be taken.
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     started = time.monotonic()
-    with pytest.raises(ClientError, match="no daemon took a message"):
+    with pytest.raises(ClientError, match=f"^no daemon is connected at {endpoint} ") as info:
         produce("astronaut.png", endpoint, send_timeout_s=0.2, context=context)
     assert time.monotonic() - started < 3
+    assert str(info.value).endswith(
+        "no message was taken for 0.2 s; sent 0 frame(s), none from seq 0 on; "
+        "the end of stream was not sent"
+    )
 
 
 def test_an_interrupted_produce_tool_with_no_daemon_exits_at_once() -> None:
@@ -190,7 +195,7 @@ def test_an_interrupted_produce_tool_with_no_daemon_exits_at_once() -> None:
         tool.send_signal(signal.SIGINT)
         out, err = tool.communicate(timeout=60)  # well before the send timeout
     assert tool.returncode == 1
-    assert b"Aborted!" in err and b"no daemon took" not in err
+    assert b"Aborted!" in err and b"no message was taken" not in err
 
 
 def test_producer_misuse_is_a_clear_error(context: Context, astronaut: np.ndarray) -> None:
@@ -264,18 +269,75 @@ def test_an_interrupted_produce_tool_does_not_wait_to_send_its_end_of_stream(
         tool.send_signal(signal.SIGINT)
         out, err = tool.communicate(timeout=60)  # well before the send timeout
     assert tool.returncode == 1
-    assert b"Aborted!" in err and b"no daemon took" not in err
+    assert b"Aborted!" in err and b"no message was taken" not in err
 
 
 def test_producer_reports_the_frames_it_gave_up_on(context: Context, sockets: list[Socket]) -> None:
     """A receiver that takes nothing: close waits ``close_timeout_s``, then discards the
-    frames and the end-of-stream still queued, and the error says how many they were."""
+    frames and the end-of-stream still queued, and the error names them."""
     _, endpoint = _slow_pull(context, sockets)
-    with pytest.raises(ClientError, match=r"message\(s\) .* were discarded") as info:
+    with pytest.raises(ClientError) as info:
         produce(
             "astronaut.png", endpoint, loop=20, encoding="raw", close_timeout_s=0.3, context=context
         )
-    assert 0 < int(str(info.value).split()[0]) <= 21
+    found = re.match(
+        r"sent 20 frame\(s\); the last (\d+) frame\(s\) \(seq (\d+)-19\) and the end of "
+        r"stream, still queued 0.3 s after the last send, discarded: the daemon at ",
+        str(info.value),
+    )
+    assert found is not None, info.value
+    assert int(found[1]) == 20 - int(found[2]) and 0 < int(found[1]) < 20
+
+
+def test_produce_tool_says_the_daemon_pushes_back_and_counts_what_it_gave_up(
+    context: Context, sockets: list[Socket]
+) -> None:
+    """A daemon connected that takes no more frames is pushing back, not absent (the tool
+    said "no daemon"), and the frames still queued when the tool gave up, discarded
+    uncounted, are counted and named."""
+    pull, endpoint = _slow_pull(context, sockets)
+    command = [sys.executable, str(ROOT / "tools" / "produce.py"), "astronaut.png"]
+    command += ["--encoding", "raw", "--loop", "100", "--endpoint", endpoint, "--no-progress"]
+    command += ["--send-timeout", "0.3", "--close-timeout", "0.3"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and run.stdout == "", run.stderr[-2000:]
+    found = re.fullmatch(
+        rf"Error: the daemon at {endpoint} is connected but no message was taken for 0.3 s: "
+        r"it is pushing back \(.*\); sent (\d+) frame\(s\), none from seq (\d+) on; the last "
+        r"(\d+) frame\(s\) \(seq (\d+)-(\d+)\), still queued 0.3 s after the last send, "
+        r"discarded; the end of stream was not sent; allow a longer send timeout or send at "
+        r"a lower fps\n",
+        run.stderr,
+    )
+    assert found is not None, run.stderr[-2000:]
+    sent, not_from, lost, first, last = (int(n) for n in found.groups())
+    assert 0 < lost < sent == not_from == last + 1 == first + lost < 100
+
+
+def test_producer_tells_a_lost_connection_from_a_daemon_pushing_back(
+    context: Context, sockets: list[Socket]
+) -> None:
+    """The daemon goes away mid-stream: no daemon is connected any more, and what it had
+    queued went with the connection, so none of it is reported as delivered."""
+    pull, endpoint = _slow_pull(context, sockets)
+    errors: list[ClientError] = []
+
+    def send() -> None:
+        try:
+            produce("astronaut.png", endpoint, loop=0, send_timeout_s=3, context=context)
+        except ClientError as exc:
+            errors.append(exc)
+
+    producer = threading.Thread(target=send, name="producer")
+    producer.start()
+    assert pull.poll(60_000), "nothing sent"
+    sockets.remove(pull)
+    pull.close(linger=0)
+    producer.join(timeout=60)
+    (error,) = errors
+    assert str(error).startswith(f"the connection to the daemon at {endpoint} was lost, ")
+    sent = int(re.findall(r"; sent (\d+) frame\(s\), none from seq \1 on; ", str(error))[0])
+    assert sent > 0 and str(error).endswith("; the end of stream was not sent")
 
 
 def test_open_input_resolves_every_kind(tmp_path: Path, assets: dict[str, Path]) -> None:
