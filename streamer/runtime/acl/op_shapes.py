@@ -11,13 +11,15 @@ describes each output, and the dims to allocate and execute with are taken per o
    reserved scenario): the configured maximum shape.
 
 After a synchronous execution (2 and 3) ``execute_v2`` has written the exact dims back into
-the output descriptions; :func:`read_dims` reads them.
+the output descriptions; :func:`read_dims` reads them. An output larger than the configured
+shape it was allocated for fails that execution with ``ACL_ERROR_OP_OUTPUT_NOT_MATCH`` (the
+``acl.op.execute_v2`` page): the setting, not the device, is at fault (:class:`MaxShapeWrong`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -32,7 +34,15 @@ from streamer.runtime.acl.constants import (
 from streamer.runtime.acl.errors import AclError, check_handle, check_ret, code_name
 from streamer.runtime.acl.teardown import Teardown
 
-__all__ = ["MaxShapeMissing", "create_tensor_desc", "data_type", "execution_dims", "read_dims"]
+__all__ = [
+    "MaxShapeMissing",
+    "MaxShapeWrong",
+    "OutputDims",
+    "create_tensor_desc",
+    "data_type",
+    "execution_dims",
+    "read_dims",
+]
 
 _DATA_TYPES = {dtype: data for data, dtype in DTYPES.items()}
 
@@ -40,6 +50,19 @@ _DATA_TYPES = {dtype: data for data, dtype in DTYPES.items()}
 class MaxShapeMissing(ConfigError):
     """An output's size is not bounded by shape inference and no maximum shape is configured
     (``[runtime.options] op_max_shapes``): a setting is missing."""
+
+
+class MaxShapeWrong(ConfigError):
+    """A configured maximum shape does not fit its output: of another rank than shape
+    inference reports, or smaller than what the operator produced."""
+
+
+class OutputDims(NamedTuple):
+    """The dims to execute one output with, and whether its configured maximum shape gave
+    any of them (so an execution that overflows them is the setting's fault)."""
+
+    dims: tuple[int, ...]
+    configured: bool
 
 
 def data_type(dtype: np.dtype[Any]) -> DataType:
@@ -71,7 +94,7 @@ def create_tensor_desc(
     return desc
 
 
-def execution_dims(acl: Any, desc: int, max_shape: Sequence[int] | None) -> tuple[int, ...]:
+def execution_dims(acl: Any, desc: int, max_shape: Sequence[int] | None) -> OutputDims:
     """The dims to execute an output with, from its inferred description (module docstring).
 
     Args:
@@ -80,36 +103,46 @@ def execution_dims(acl: Any, desc: int, max_shape: Sequence[int] | None) -> tupl
         max_shape: the configured maximum shape of this output, or None.
 
     Returns:
-        Concrete dims, >= 0.
+        Concrete dims, >= 0, and whether ``max_shape`` gave any of them.
 
     Raises:
         AclError: a getter failed.
-        MaxShapeMissing: a rank or a dim is unbounded and ``max_shape`` does not give it.
+        MaxShapeMissing: a rank or a dim is unbounded and ``max_shape`` is None.
+        MaxShapeWrong: a dim is unbounded and ``max_shape`` has another rank than the output.
     """
     rank = int(acl.get_tensor_desc_num_dims(desc))
     if rank == ACL_UNKNOWN_RANK:
         if max_shape is None:
             raise MaxShapeMissing("the output rank is unknown")
-        return tuple(int(d) for d in max_shape)
-    dims = []
+        return OutputDims(tuple(int(d) for d in max_shape), configured=True)
+    dims, configured = [], False
     for index in range(rank):
         dim, ret = acl.get_tensor_desc_dim_v2(desc, index)
         check_ret(ret, "acl.get_tensor_desc_dim_v2")
         if dim == -1:
-            dim = _range_max(acl, desc, index, max_shape)
+            dim, from_max_shape = _range_max(acl, desc, index, rank, max_shape)
+            configured = configured or from_max_shape
         dims.append(int(dim))
-    return tuple(dims)
+    return OutputDims(tuple(dims), configured)
 
 
-def _range_max(acl: Any, desc: int, index: int, max_shape: Sequence[int] | None) -> int:
-    """The maximum of dim ``index``'s range, or the configured one for an unbounded range."""
+def _range_max(
+    acl: Any, desc: int, index: int, rank: int, max_shape: Sequence[int] | None
+) -> tuple[int, bool]:
+    """The maximum of dim ``index``'s range, or the configured one for an unbounded range;
+    and whether it is the configured one."""
     dim_range, ret = acl.get_tensor_desc_dim_range(desc, index, 2)
     check_ret(ret, "acl.get_tensor_desc_dim_range")
     if dim_range[1] >= 0:
-        return int(dim_range[1])
-    if max_shape is None or index >= len(max_shape):
+        return int(dim_range[1]), False
+    if max_shape is None:
         raise MaxShapeMissing(f"dim {index} has the range {list(dim_range[:2])}")
-    return int(max_shape[index])
+    if len(max_shape) != rank:
+        raise MaxShapeWrong(
+            f"the maximum shape {list(max_shape)} has rank {len(max_shape)}, but the output "
+            f"has rank {rank} (dim {index} has the range {list(dim_range[:2])})"
+        )
+    return int(max_shape[index]), True
 
 
 def read_dims(acl: Any, desc: int) -> tuple[int, ...]:

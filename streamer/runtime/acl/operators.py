@@ -25,7 +25,9 @@ asked for, and only the op's outputs are copied to the host
 :class:`~streamer.runtime.acl.single_op.SingleOpRunner`: ``NonMaxSuppressionV6``'s output count
 is only known as a range by shape inference, so its output is allocated for the range maximum
 and only the exact rows are copied back; ``TopKV2``'s and ``GatherV2``'s dims are exact from
-inference.
+inference. ``[runtime.options.op_max_shapes]``, the maximum shapes for outputs inference
+leaves unbounded, are checked against the outputs above when the options are read
+(:func:`check_max_shapes`).
 
 Threads and streams: ``acl.op.execute_v2`` must not be given one stream from several threads,
 nor the default stream (``acl.op.execute_v2`` page, constraints), so every calling thread gets
@@ -50,7 +52,7 @@ from streamer.runtime.acl.constants import RunMode
 from streamer.runtime.acl.device import DeviceContext
 from streamer.runtime.acl.device_tensor import AclDeviceTensor
 from streamer.runtime.acl.errors import AclError, check_ret
-from streamer.runtime.acl.op_shapes import MaxShapeMissing
+from streamer.runtime.acl.op_shapes import MaxShapeMissing, MaxShapeWrong
 from streamer.runtime.acl.single_op import DeviceOperand, Operand, OpRequest, SingleOpRunner
 from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.base import Tensor
@@ -64,13 +66,51 @@ from streamer.runtime.ops.base import (
 from streamer.runtime.ops.self_test import check_operators
 from streamer.runtime.ops.views import host_view, view_shape
 
-__all__ = ["GATHER_OP", "NMS_OP", "TOP_K_OP", "AclOperators"]
+__all__ = ["GATHER_OP", "NMS_OP", "TOP_K_OP", "AclOperators", "check_max_shapes"]
 
 NMS_OP = "NonMaxSuppressionV6"
 TOP_K_OP = "TopKV2"
 GATHER_OP = "GatherV2"
+_OUTPUTS = {NMS_OP: ("selected_indices",), TOP_K_OP: ("values", "indices"), GATHER_OP: ("y",)}
+"""Each operator's outputs, in order (module docstring table)."""
+_NMS_ROW = 3
+"""Dims of a ``selected_indices`` row: (batch, class, box)."""
 _INT32_MAX = 2**31 - 1
 _log = structlog.get_logger(__name__)
+
+
+def check_max_shapes(max_shapes: Mapping[str, Sequence[Sequence[int]]]) -> None:
+    """Check ``[runtime.options.op_max_shapes]`` against the operators' outputs (module
+    docstring table): an op type they run, one maximum shape per output, each with at least
+    one dim; ``NonMaxSuppressionV6``'s of rank 2 with 3 columns (``[K, 3]``); ``TopKV2``'s
+    two of one rank (values and indices are both ``[..., k]``).
+
+    Raises:
+        ConfigError: the first op type whose shapes are wrong; the message names
+            ``runtime.options.op_max_shapes.<op type>`` and says what is wrong.
+    """
+    for op_type, shapes in max_shapes.items():
+        problem = _max_shapes_problem(op_type, [list(s) for s in shapes])
+        if problem is not None:
+            raise ConfigError(f"runtime.options.op_max_shapes.{op_type}: {problem}")
+
+
+def _max_shapes_problem(op_type: str, shapes: list[list[int]]) -> str | None:
+    outputs = _OUTPUTS.get(op_type)
+    if outputs is None:
+        return f"not an operator of the ACL backend (it runs {', '.join(sorted(_OUTPUTS))})"
+    if len(shapes) != len(outputs):
+        return (
+            f"one maximum shape per output, {len(outputs)} ({', '.join(outputs)}), "
+            f"got {len(shapes)}: {shapes}"
+        )
+    if not all(shapes):
+        return f"every output has at least one dim, got {shapes}"
+    if op_type == NMS_OP and (len(shapes[0]) != 2 or shapes[0][1] != _NMS_ROW):
+        return f"selected_indices is [K, {_NMS_ROW}] (batch, class, box), got {shapes[0]}"
+    if op_type == TOP_K_OP and len(shapes[0]) != len(shapes[1]):
+        return f"values and indices are both [..., k], of one rank, got {shapes}"
+    return None
 
 
 class AclOperators(Operators):
@@ -196,7 +236,8 @@ class AclOperators(Operators):
         """Run one op on the calling thread's stream.
 
         Raises:
-            FrameError: ``postprocess_failed``: an ACL call failed, or an output has no bound.
+            FrameError: ``postprocess_failed``: an ACL call failed, or an output has no bound
+                or does not fit its configured one.
         """
         request = OpRequest(
             op_type, inputs, output_dtypes, attrs, self._max_shapes.get(op_type, ())
@@ -209,6 +250,11 @@ class AclOperators(Operators):
             raise FrameError(
                 Reason.POSTPROCESS_FAILED,
                 f"operator {op_type}: {exc}; set runtime.options.op_max_shapes.{op_type}",
+            ) from exc
+        except MaxShapeWrong as exc:
+            raise FrameError(
+                Reason.POSTPROCESS_FAILED,
+                f"operator {op_type}: runtime.options.op_max_shapes.{op_type}: {exc}",
             ) from exc
 
     def _stream(self) -> int:

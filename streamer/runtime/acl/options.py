@@ -47,6 +47,7 @@ from streamer.config import (
 )
 from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MIN
+from streamer.runtime.acl.operators import check_max_shapes
 
 __all__ = [
     "SIM_MAX_DEVICES",
@@ -237,7 +238,8 @@ def parse_options(options: Mapping[str, Any], *, simulated: bool) -> AclOptions:
         simulated: True for ``acl-sim`` (a ``sim`` table is allowed and defaulted).
 
     Raises:
-        ConfigError: a key is unknown or invalid; the message names ``runtime.options.<key>``.
+        ConfigError: a key is unknown or invalid, or ``op_max_shapes`` do not fit the
+            operators' outputs; the message names ``runtime.options.<key>``.
     """
     if not simulated and "sim" in options:
         raise ConfigError('runtime.options.sim: only valid with runtime.backend = "acl-sim"')
@@ -245,6 +247,7 @@ def parse_options(options: Mapping[str, Any], *, simulated: bool) -> AclOptions:
         parsed = validate_strict(AclOptions, options)
     except ValidationError as exc:
         raise _config_error("runtime.options", exc, AclOptions) from exc
+    check_max_shapes(parsed.op_max_shapes)
     if simulated and parsed.sim is None:
         parsed = parsed.model_copy(update={"sim": SimOptions()})
     return parsed

@@ -39,9 +39,15 @@ from typing import Any
 
 import numpy as np
 
-from streamer.runtime.acl.constants import MallocPolicy, RunMode
-from streamer.runtime.acl.errors import check_handle, check_ret
-from streamer.runtime.acl.op_shapes import create_tensor_desc, execution_dims, read_dims
+from streamer.runtime.acl.constants import AclCode, MallocPolicy, RunMode
+from streamer.runtime.acl.errors import check_handle, check_ret, code_name
+from streamer.runtime.acl.op_shapes import (
+    MaxShapeWrong,
+    OutputDims,
+    create_tensor_desc,
+    execution_dims,
+    read_dims,
+)
 from streamer.runtime.acl.teardown import Teardown
 from streamer.runtime.acl.transfer import Transfer
 
@@ -117,6 +123,7 @@ class SingleOpRunner:
         Raises:
             AclError: a call failed.
             MaxShapeMissing: an output is unbounded and has no configured maximum shape.
+            MaxShapeWrong: a configured maximum shape does not fit its output.
         """
         teardown = Teardown()
         with teardown.on_error():
@@ -129,14 +136,14 @@ class SingleOpRunner:
         in_descs = [create_tensor_desc(acl, a.dtype, a.shape, teardown) for a in request.inputs]
         in_buffers = [self._device_input(a, teardown) for a in request.inputs]
         attr = self._attr(request.attrs, teardown)
-        shapes = self._infer(request, in_descs, in_buffers, attr, teardown)
+        outputs = self._infer(request, in_descs, in_buffers, attr, teardown)
         out_descs = [
-            create_tensor_desc(acl, dtype, dims, teardown)
-            for dtype, dims in zip(request.output_dtypes, shapes, strict=True)
+            create_tensor_desc(acl, dtype, output.dims, teardown)
+            for dtype, output in zip(request.output_dtypes, outputs, strict=True)
         ]
         out_buffers = [
-            self._device_output(_nbytes(dims, dtype), teardown)
-            for dims, dtype in zip(shapes, request.output_dtypes, strict=True)
+            self._device_output(_nbytes(output.dims, dtype), teardown)
+            for output, dtype in zip(outputs, request.output_dtypes, strict=True)
         ]
         ret = acl.op.execute_v2(
             request.op_type,
@@ -147,6 +154,7 @@ class SingleOpRunner:
             attr,
             stream,
         )
+        _check_fit(ret, outputs)
         check_ret(ret, "acl.op.execute_v2")
         check_ret(acl.rt.synchronize_stream(stream), "acl.rt.synchronize_stream")
         return [
@@ -163,7 +171,7 @@ class SingleOpRunner:
         in_buffers: list[tuple[int, int]],
         attr: int,
         teardown: Teardown,
-    ) -> list[tuple[int, ...]]:
+    ) -> list[OutputDims]:
         """``acl.op.infer_shape``, then the dims to execute each output with."""
         acl = self._acl
         infer_descs = [create_tensor_desc(acl, d, [-1], teardown) for d in request.output_dtypes]
@@ -253,6 +261,19 @@ class SingleOpRunner:
             check_ret(ret, "acl.rt.malloc_host")
             teardown.push("acl.rt.free_host", self._acl.rt.free_host, staging)
         return self._transfer.download(ptr, dims, np.dtype(dtype), staging)
+
+
+def _check_fit(ret: int, outputs: Sequence[OutputDims]) -> None:
+    """Raises: MaxShapeWrong: ``execute_v2`` returned ``ACL_ERROR_OP_OUTPUT_NOT_MATCH`` for
+    outputs allocated (in part) from their configured maximum shapes: an output did not
+    fit them."""
+    configured = [list(o.dims) for o in outputs if o.configured]
+    if ret == AclCode.ERROR_OP_OUTPUT_NOT_MATCH and configured:
+        raise MaxShapeWrong(
+            f"an output does not fit the maximum shapes {configured} it was allocated for "
+            f"(acl.op.execute_v2: {code_name(ret)} ({ret})): give each output its rank and "
+            "a bound no output of the operator exceeds"
+        )
 
 
 def _max_shape(max_shapes: Sequence[tuple[int, ...]], index: int) -> tuple[int, ...] | None:

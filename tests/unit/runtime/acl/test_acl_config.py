@@ -76,6 +76,39 @@ def test_invalid_options_name_the_key(options: dict[str, Any], key: str) -> None
         parse_options(options, simulated=True)
 
 
+NMS, TOP_K, GATHER = "NonMaxSuppressionV6", "TopKV2", "GatherV2"
+
+
+@pytest.mark.parametrize(
+    ("max_shapes", "problem"),
+    [
+        ({NMS: []}, "NonMaxSuppressionV6: one maximum shape per output, 1 (selected_indices)"),
+        ({NMS: [[4096, 3], [10]]}, "NonMaxSuppressionV6: one maximum shape per output"),
+        ({NMS: [[4096]]}, "NonMaxSuppressionV6: selected_indices is [K, 3]"),
+        ({NMS: [[4096, 3, 1]]}, "NonMaxSuppressionV6: selected_indices is [K, 3]"),
+        ({NMS: [[4096, 4]]}, "NonMaxSuppressionV6: selected_indices is [K, 3]"),
+        ({TOP_K: [[8, 100]]}, "TopKV2: one maximum shape per output, 2 (values, indices)"),
+        ({TOP_K: [[8, 100], [800]]}, "TopKV2: values and indices are both [..., k]"),
+        ({GATHER: [[]]}, "GatherV2: every output has at least one dim"),
+        ({"NonMaxSuppression": [[4096, 3]]}, "NonMaxSuppression: not an operator"),
+    ],
+)
+def test_op_max_shapes_that_do_not_fit_the_operator_name_it(
+    max_shapes: dict[str, Any], problem: str
+) -> None:
+    """Refused at start-up (exit 2), not left to fail every frame or exit 1 unnamed."""
+    with pytest.raises(ConfigError) as refused:
+        parse_options({"op_max_shapes": max_shapes}, simulated=True)
+    assert str(refused.value).startswith(f"runtime.options.op_max_shapes.{problem}")
+
+
+def test_op_max_shapes_of_every_operator() -> None:
+    max_shapes = {NMS: [[4096, 3]], TOP_K: [[8, 100], [8, 100]], GATHER: [[800, 16]]}
+    assert parse_options({"op_max_shapes": max_shapes}, simulated=False).op_max_shapes == (
+        max_shapes
+    )
+
+
 def test_sim_options_only_for_acl_sim() -> None:
     with pytest.raises(
         ConfigError, match=r'runtime\.options\.sim: only valid with runtime\.backend = "acl-sim"'

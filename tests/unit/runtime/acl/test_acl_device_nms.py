@@ -240,17 +240,28 @@ def operator_nms_config(model: Path) -> Config:
 
 
 @pytest.mark.parametrize(
-    ("sim", "refusal", "message"),
+    ("options", "refusal", "message"),
     [
         (  # shape inference gives the NMS output no bound, and the config gives none either:
             # a setting is missing (check and run exit 2)
-            {"unknown_rank_ops": ["NonMaxSuppressionV6"]},
+            {"sim": {"unknown_rank_ops": ["NonMaxSuppressionV6"]}},
             ConfigError,
             "device 0: operators on acl: operator NonMaxSuppressionV6: the output rank is "
             "unknown; set runtime.options.op_max_shapes.NonMaxSuppressionV6",
         ),
+        (  # the configured bound is too small for the check's two kept boxes: the setting is
+            # wrong (check and run exit 2), not the device
+            {
+                "sim": {"unknown_rank_ops": ["NonMaxSuppressionV6"]},
+                "op_max_shapes": {"NonMaxSuppressionV6": [[1, 3]]},
+            },
+            ConfigError,
+            "device 0: operators on acl: operator NonMaxSuppressionV6: runtime.options."
+            "op_max_shapes.NonMaxSuppressionV6: an output does not fit the maximum shapes "
+            "[[1, 3]]",
+        ),
         (  # the device cannot run the operator (not built for it)
-            {"fail_calls": {"acl.op.execute_v2": 500002}},
+            {"sim": {"fail_calls": {"acl.op.execute_v2": 500002}}},
             BackendError,
             "device 0: operators on acl: operator NonMaxSuppressionV6: acl.op.execute_v2 failed",
         ),
@@ -259,14 +270,14 @@ def operator_nms_config(model: Path) -> Config:
 def test_operators_that_cannot_run_refuse_the_load(
     make_backend: MakeBackend,
     make_model: MakeModel,
-    sim: dict[str, Any],
+    options: dict[str, Any],
     refusal: type[Exception],
     message: str,
 ) -> None:
     """A postprocessor with ``nms = "operator"`` checks the operators on every device at
     load: a config whose every frame would fail ``postprocess_failed`` does not load (so
     ``streamer check``, the start and a reload refuse it); nothing is left allocated."""
-    backend = make_backend(devices=(0, 1), sim=sim)
+    backend = make_backend(devices=(0, 1), **options)
     with pytest.raises(refusal) as refused:
         load_chain(backend, operator_nms_config(face_model(make_model, "async")))
     assert message in str(refused.value)  # a ConfigError also names the stage

@@ -22,6 +22,7 @@ from streamer.runtime.acl.constants import (
     MemcpyKind,
     RunMode,
 )
+from streamer.runtime.acl.op_shapes import MaxShapeMissing, MaxShapeWrong, execution_dims
 from streamer.runtime.acl.operators import GATHER_OP, NMS_OP, TOP_K_OP, AclOperators
 from streamer.runtime.acl.options import SimOptions
 from streamer.runtime.acl.sim.simulator import Simulator
@@ -253,10 +254,31 @@ def test_unknown_rank_uses_the_configured_maximum_shape() -> None:
     sim = Simulator(SimOptions(unknown_rank_ops=[NMS_OP]))
     with _operators(sim, {NMS_OP: [[16, 3]]}) as ops:
         assert ops.nms(BOXES, SCORES, 10, 0.5).tolist() == [[0, 0, 0], [0, 0, 2]]
-    with _operators(sim, {NMS_OP: [[1, 3]]}) as ops, pytest.raises(FrameError, match="100022"):
+    too_small = pytest.raises(
+        FrameError, match=r"op_max_shapes\.NonMaxSuppressionV6: an output does not fit .*100022"
+    )
+    with _operators(sim, {NMS_OP: [[1, 3]]}) as ops, too_small as failed:
         ops.nms(BOXES, SCORES, 10, 0.5)  # the maximum is too small for the two boxes kept
+    assert isinstance(failed.value.__cause__, MaxShapeWrong), "the setting is at fault"
     with _operators(sim, {}) as ops, pytest.raises(FrameError, match="op_max_shapes"):
         ops.nms(BOXES, SCORES, 10, 0.5)
+
+
+def test_an_unbounded_dim_takes_the_configured_maximum_of_the_output_rank(
+    sim: Simulator,
+) -> None:
+    """A dim whose range has no maximum (``[1, -1]``) takes the configured one, from a shape
+    of the output's rank; another rank is the setting's fault, not a missing setting."""
+    open_device(sim)
+    desc = sim.acl.create_tensor_desc(INT32, [-1, 3], ACL_FORMAT_ND)
+    try:
+        assert execution_dims(sim.acl, desc, [64, 3]) == ((64, 3), True)
+        with pytest.raises(MaxShapeMissing, match=r"dim 0 has the range \[1, -1\]"):
+            execution_dims(sim.acl, desc, None)
+        with pytest.raises(MaxShapeWrong, match="has rank 1, but the output has rank 2"):
+            execution_dims(sim.acl, desc, [64])
+    finally:
+        sim.acl.destroy_tensor_desc(desc)
 
 
 def test_operators_release_every_handle_and_only_copy_the_kept_rows(sim: Simulator) -> None:
