@@ -10,8 +10,8 @@ Sources:
     GE ``inc/external/acl/acl_mdl.h`` (``ACL_DYNAMIC_TENSOR_NAME``),
     RT ``include/external/acl/acl_base.h`` (``aclDataType``),
     RT ``include/external/acl/acl_base_rt.h`` (1xxxxx/2xxxxx/5xxxxx ACL error codes),
-    RT ``include/external/acl/error_codes/rt_error_codes.h`` (1070xx/2070xx/5070xx runtime
-    codes), GE ``inc/external/ge/ge_error_codes.h`` (145xxx/545xxx model executor codes).
+    RT ``include/external/acl/error_codes/rt_error_codes.h`` (1070xx/2070xx/5070xx/5078xx
+    runtime codes), GE ``inc/external/ge/ge_error_codes.h`` (145xxx/545xxx model executor codes).
 """
 
 from __future__ import annotations
@@ -207,6 +207,7 @@ class AclCode(enum.IntEnum):
     ERROR_WAIT_CALLBACK_TIMEOUT = 100036
     ERROR_REPEAT_FINALIZE = 100037
     ERROR_RT_PARAM_INVALID = 107000
+    ERROR_RT_INVALID_DEVICEID = 107001
     ERROR_RT_CONTEXT_NULL = 107002
     ERROR_RT_ADDR_UNALIGNED = 107008
     ERROR_RT_STREAM_SUBSCRIBE = 107011
@@ -231,6 +232,7 @@ class AclCode(enum.IntEnum):
     ERROR_MEMORY_ADDRESS_UNALIGNED = 200003
     ERROR_FEATURE_UNSUPPORTED = 200006
     ERROR_RT_FEATURE_NOT_SUPPORT = 207000
+    ERROR_RT_MEMORY_ALLOCATION = 207001
     ERROR_RT_QUEUE_EMPTY = 207013
     ERROR_RT_QUEUE_FULL = 207014
     ERROR_RT_TIMEOUT = 207020
@@ -241,5 +243,6 @@ class AclCode(enum.IntEnum):
     ERROR_RT_REPORT_TIMEOUT = 507012
     ERROR_RT_AICORE_EXCEPTION = 507015
     ERROR_RT_STREAM_SYNC_TIMEOUT = 507046
+    ERROR_RT_DRV_INTERNAL_ERROR = 507899
     ERROR_GE_INTERNAL_ERROR = 545000
     ERROR_GE_LOAD_MODEL = 545001

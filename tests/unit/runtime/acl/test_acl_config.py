@@ -37,6 +37,22 @@ def test_check_ret_names_the_code_and_the_call() -> None:
     assert code_name(123456) == "UNKNOWN"
 
 
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        (107001, "ACL_ERROR_RT_INVALID_DEVICEID"),
+        (207001, "ACL_ERROR_RT_MEMORY_ALLOCATION"),
+        (507899, "ACL_ERROR_RT_DRV_INTERNAL_ERROR"),
+    ],
+)
+def test_runtime_codes_are_named(code: int, name: str) -> None:
+    """Codes a device returns (a wrong device id, device memory exhausted, a driver failure)
+    are printed by their macro name (RT ``rt_error_codes.h``), not as ``UNKNOWN``."""
+    assert code_name(code) == name
+    with pytest.raises(AclError, match=rf"acl\.rt\.set_device failed: {name} \({code}\)"):
+        check_ret(code, "acl.rt.set_device")
+
+
 def test_null_handles() -> None:
     assert check_handle(0x1000, "acl.mdl.create_dataset") == 0x1000
     with pytest.raises(AclError, match="NULL handle") as null:
