@@ -78,14 +78,19 @@ class Header:
     fields: dict[str, Any]
 
 
+_MAX_JSON_DEPTH = 1024
+"""orjson's nesting limit; its error says ``depth limit exceeded`` (:data:`_TOO_DEEP`)."""
+_TOO_DEEP = "depth limit exceeded"
+
+
 def _bad(detail: str) -> FrameError:
     return FrameError(Reason.BAD_HEADER, detail)
 
 
 def load_json(raw: bytes, what: str) -> Any:
     """Parse strict JSON from a peer (RFC 8259 through orjson: UTF-8 only, no NaN or
-    Infinity, no number beyond a double, at most 1024 levels deep; an integer beyond 64 bits
-    becomes a float).
+    Infinity, no number beyond a double, at most :data:`_MAX_JSON_DEPTH` levels deep; an
+    integer beyond 64 bits becomes a float).
 
     Raises:
         FrameError: ``bad_header`` naming ``what``, for bytes that are not such JSON.
@@ -93,6 +98,8 @@ def load_json(raw: bytes, what: str) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if exc.msg == _TOO_DEEP:
+            raise _bad(f"{what} is nested deeper than {_MAX_JSON_DEPTH} levels") from None
         raise _bad(f"{what} is not JSON: {exc}") from None
 
 

@@ -138,11 +138,21 @@ def test_read_message_eos() -> None:
         ([encode_frame("cam", 2, b"x", encoding="jpeg")[0], b"x", b"y"], "cam", 2, "got 3 parts"),
         ([encode_eos("cam", 4)[0], b"x"], "cam", 4, "end of stream is [header]"),
         ([b"{not json", b"x"], "", -1, "not JSON"),
-        ([b"[" * 60_000, b"x"], "", -1, "not JSON"),  # a RecursionError inside json
+        ([b"[" * 60_000, b"x"], "", -1, "header is nested deeper than 1024 levels"),
+        ([b"[" * 2000 + b"]" * 2000, b"x"], "", -1, "header is nested deeper than 1024 levels"),
         ([b" " * 70_000 + b"{}", b"x"], "", -1, "more than"),
         ([b'{"v": 1, "source": "s", "seq": true}', b"x"], "s", -1, "seq"),
     ],
-    ids=["one-part", "three-part", "eos-with-payload", "not-json", "deep", "huge", "bool-seq"],
+    ids=[
+        "one-part",
+        "three-part",
+        "eos-with-payload",
+        "not-json",
+        "deep",
+        "deep-json",
+        "huge",
+        "bool-seq",
+    ],
 )
 def test_read_message_malformed_is_one_bad_header_frame(
     parts: list[bytes], source: str, seq: int, detail: str
