@@ -33,6 +33,7 @@ copy to the host.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from streamer.runtime.acl.constants import AclCode, MallocPolicy, RunMode
-from streamer.runtime.acl.errors import check_handle, check_ret, code_name
+from streamer.runtime.acl.errors import AclError, check_handle, check_ret, code_name
 from streamer.runtime.acl.op_shapes import (
     MaxShapeWrong,
     OutputDims,
@@ -142,7 +143,7 @@ class SingleOpRunner:
             for dtype, output in zip(request.output_dtypes, outputs, strict=True)
         ]
         out_buffers = [
-            self._device_output(_nbytes(output.dims, dtype), teardown)
+            self._output_buffer(output, dtype, teardown)
             for output, dtype in zip(outputs, request.output_dtypes, strict=True)
         ]
         ret = acl.op.execute_v2(
@@ -195,6 +196,27 @@ class SingleOpRunner:
         if array.nbytes:
             self._transfer.upload(ptr, array.nbytes, array)
         return buffer, ptr
+
+    def _output_buffer(
+        self, output: OutputDims, dtype: np.dtype[Any], teardown: Teardown
+    ) -> tuple[int, int]:
+        """:meth:`_device_output` for one output's dims.
+
+        Raises:
+            MaxShapeWrong: the dims came (in part) from the configured maximum shape, and
+                the device cannot allocate that much memory: the setting is at fault.
+            AclError: the allocation failed otherwise.
+        """
+        nbytes = _nbytes(output.dims, dtype)
+        if output.configured and nbytes > _SIZE_T_MAX:
+            raise _too_large(output, nbytes, "more than a size_t holds")
+        try:
+            return self._device_output(nbytes, teardown)
+        except AclError as exc:
+            if exc.code != AclCode.ERROR_BAD_ALLOC or not output.configured:
+                raise
+            why = f"more than the device can allocate ({exc.name})"
+            raise _too_large(output, nbytes, why) from exc
 
     def _device_output(self, nbytes: int, teardown: Teardown) -> tuple[int, int]:
         """A data buffer over ``nbytes`` (at least 1) of fresh device memory."""
@@ -276,9 +298,21 @@ def _check_fit(ret: int, outputs: Sequence[OutputDims]) -> None:
         )
 
 
+def _too_large(output: OutputDims, nbytes: int, why: str) -> MaxShapeWrong:
+    return MaxShapeWrong(
+        f"the maximum shape {list(output.dims)} needs {nbytes} bytes of device memory, {why}: "
+        "give a bound no output exceeds by much"
+    )
+
+
 def _max_shape(max_shapes: Sequence[tuple[int, ...]], index: int) -> tuple[int, ...] | None:
     return max_shapes[index] if index < len(max_shapes) else None
 
 
+_SIZE_T_MAX = 2**64 - 1
+"""The largest size ``acl.rt.malloc`` takes (a ``size_t``)."""
+
+
 def _nbytes(dims: Sequence[int], dtype: np.dtype[Any]) -> int:
-    return int(np.prod(dims, dtype=np.int64)) * np.dtype(dtype).itemsize
+    """Bytes of a C-order array of ``dims``, exact (a configured bound may pass 2**63)."""
+    return math.prod(dims) * np.dtype(dtype).itemsize

@@ -262,6 +262,14 @@ def test_unknown_rank_uses_the_configured_maximum_shape() -> None:
     assert isinstance(failed.value.__cause__, MaxShapeWrong), "the setting is at fault"
     with _operators(sim, {}) as ops, pytest.raises(FrameError, match="op_max_shapes"):
         ops.nms(BOXES, SCORES, 10, 0.5)
+    for bound, why in (
+        (2**31 - 1, r"25769803764 bytes of device memory, more than the device can allocate"),
+        (2**62, r"more than a size_t holds"),  # 2**62 x 3 x 4 bytes: no wrap to a small size
+    ):
+        too_large = pytest.raises(FrameError, match=rf"op_max_shapes\.NonMaxSuppressionV6: .*{why}")
+        with _operators(sim, {NMS_OP: [[bound, 3]]}) as ops, too_large as failed:
+            ops.nms(BOXES, SCORES, 10, 0.5)
+        assert isinstance(failed.value.__cause__, MaxShapeWrong), "the setting is at fault"
 
 
 def test_an_unbounded_dim_takes_the_configured_maximum_of_the_output_rank(
