@@ -36,6 +36,8 @@ def _in_writable_directory(
     a usage error before anything connects, not a failure after the results were read."""
     if path is None:
         return None
+    if path.is_dir():  # "" is the current directory
+        raise click.BadParameter(f"{str(path)!r} is a directory, not a file")
     directory = path.parent
     if not directory.is_dir():
         raise click.BadParameter(f"{path}: directory {directory} does not exist")

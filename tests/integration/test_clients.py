@@ -468,9 +468,9 @@ SUBSCRIBE = [sys.executable, str(ROOT / "tools" / "subscribe.py")]
 
 
 def test_subscribe_tool_refuses_a_file_it_cannot_write_as_a_usage_error(tmp_path: Path) -> None:
-    """A --jsonl, --summary or --out in a directory that does not exist is a usage error
-    naming the path (exit 2), before anything connects; --jsonl was a traceback, --summary
-    one after every result had been read."""
+    """A --jsonl, --summary or --out in a directory that does not exist, or an empty one
+    (the current directory), is a usage error naming the path (exit 2), before anything
+    connects; --jsonl was a traceback, --summary one after every result had been read."""
     missing = tmp_path / "no" / "such"
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     for option in (["--jsonl", str(missing / "x.jsonl")], ["--summary", str(missing / "s.json")]):
@@ -479,6 +479,10 @@ def test_subscribe_tool_refuses_a_file_it_cannot_write_as_a_usage_error(tmp_path
         assert run.returncode == 2, run.stderr[-2000:]
         assert f"Invalid value for '{option[0]}': {option[1]}: directory {missing}" in run.stderr
         assert "Traceback" not in run.stderr and run.stdout == ""
+    empty = [*SUBSCRIBE, "--endpoint", endpoint, "--idle-timeout", "0.1", "--summary", ""]
+    run = subprocess.run(empty, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "'.' is a directory, not a file" in run.stderr
+    assert run.stdout == "", "refused before any result was read"
     video = ["--annotate", "carphone.mp4", "--out", str(missing / "a.mp4")]
     run = subprocess.run([*SUBSCRIBE, *video], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "Invalid value for '--out'" in run.stderr
