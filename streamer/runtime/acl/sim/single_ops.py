@@ -22,7 +22,8 @@ and ``function-execute_v2-1.md``, the ``acl.op.execute_v2`` page; codes RT
         device memory of the context's device (``ACL_ERROR_INVALID_PARAM``).
     O5: every output description is concrete, of the op's data type, and its buffer holds its
         bytes; an output the op produces larger than its description (in any dim) fails
-        (``ACL_ERROR_OP_OUTPUT_NOT_MATCH``).
+        (``ACL_ERROR_OP_OUTPUT_NOT_MATCH``), a code returned without a broken rule: the
+        output's size depends on the data.
     O6: when every output description holds the exact inferred dims, ``execute_v2`` is
         asynchronous: the op runs on the stream and its outputs are valid after
         ``synchronize_stream`` (a failure is returned there). Otherwise (dims from a range
@@ -328,11 +329,14 @@ class _Task:
 
 
 def _check_fits(desc: SimTensorDesc, result: np.ndarray) -> None:
-    """Raises: SimError: ``result`` has another rank or a larger dim than ``desc`` (O5)."""
+    """Raises: SimError: ``result`` has another rank or a larger dim than ``desc`` (O5). The
+    code is returned, not counted as a broken rule: what an op produces depends on its data,
+    so no caller can foresee it where shape inference gave no exact dims (a range maximum, or
+    a configured shape for an unknown rank)."""
     dims = desc.dims or ()
     if len(dims) != result.ndim or any(r > d for r, d in zip(result.shape, dims, strict=True)):
         raise SimError(
             AclCode.ERROR_OP_OUTPUT_NOT_MATCH,
-            "O5",
+            None,
             f"the op produced {list(result.shape)}, the output desc holds {list(dims)}",
         )
