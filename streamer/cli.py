@@ -11,11 +11,12 @@ import click
 import structlog
 
 from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state, fetch_assets
-from streamer.config import Config, cache_dir, load_config
-from streamer.daemon import EXIT_FATAL, EXIT_USAGE, exit_daemon, run_daemon
+from streamer.config import Config, DaemonConfig, cache_dir, load_config
+from streamer.daemon import EXIT_FATAL, EXIT_OK, EXIT_USAGE, exit_daemon, run_daemon
 from streamer.errors import AssetError, ConfigError, ModelError, StreamerError
 from streamer.observability.logging import LogFormat, configure_logging, renders_json
 from streamer.observability.native_output import native_output_logged
+from streamer.start_read import ReadStopped, read_at_start
 
 __all__ = ["main"]
 
@@ -58,9 +59,14 @@ def run(config_path: Path, log_level: str | None, log_format: str | None) -> Non
     2 bad config or model.
     """
     try:
-        config = load_config(config_path)
+        config = read_at_start(config_path, _START_READ_TIMEOUT_S)
     except ConfigError as exc:
-        _refuse_config(config_path, exc, log_format or "auto")  # type: ignore[arg-type]
+        _exit_before_start(config_path, str(exc), log_format or "auto", EXIT_USAGE)  # type: ignore[arg-type]
+    except ReadStopped as stop:
+        why = f"{stop} came before the config file was read"
+        _exit_before_start(config_path, why, log_format or "auto", EXIT_OK)  # type: ignore[arg-type]
+    except StreamerError as exc:
+        _exit_before_start(config_path, str(exc), log_format or "auto", EXIT_FATAL)  # type: ignore[arg-type]
     daemon = config.daemon
     configure_logging(log_level or daemon.log_level, log_format or daemon.log_format)  # type: ignore[arg-type]
     with native_output_logged():
@@ -68,16 +74,28 @@ def run(config_path: Path, log_level: str | None, log_format: str | None) -> Non
     exit_daemon(code)
 
 
-def _refuse_config(config_path: Path, error: ConfigError, log_format: LogFormat) -> NoReturn:
-    """Exit 2 for a config ``run`` cannot use: where the log is JSON, as one ``start_failed``
-    event on stdout like the daemon's other start failures (a log shipper reading the JSON
-    lines sees why a deploy failed); otherwise as text on stderr."""
+_START_READ_TIMEOUT_S = float(DaemonConfig.model_fields["reload_timeout_s"].default)
+"""The longest first read of the config file (a hung mount): the default
+``reload_timeout_s``, the file's own being unknown until it is read."""
+
+
+def _exit_before_start(config_path: Path, why: str, log_format: LogFormat, code: int) -> NoReturn:
+    """Exit with ``code`` before the daemon started: 2 for a config ``run`` cannot use, 1 for
+    a file not read in time, 0 for a stop asked for meanwhile. Where the log is JSON, as one
+    event on stdout like the daemon's other start lines (a log shipper reading the JSON
+    lines sees why a deploy failed): ``start_failed``, or ``stopped`` for a stop; otherwise
+    as text on stderr."""
+    stopped = code == EXIT_OK
     if not renders_json(log_format):
-        click.echo(f"error: {error}", err=True)
-        sys.exit(EXIT_USAGE)
-    configure_logging("error", log_format)
-    structlog.get_logger(__name__).error("start_failed", error=str(error), config=str(config_path))
-    sys.exit(EXIT_USAGE)
+        click.echo(f"{'stopped' if stopped else 'error'}: {why}", err=True)
+        sys.exit(code)
+    configure_logging("info", log_format)
+    log = structlog.get_logger(__name__)
+    if stopped:
+        log.info("stopped", reason=why, config=str(config_path))
+    else:
+        log.error("start_failed", error=why, config=str(config_path))
+    sys.exit(code)
 
 
 @main.command()

@@ -412,6 +412,24 @@ def test_a_stop_during_a_blocked_config_read_is_a_normal_stop(
     assert "reload_skipped" in events and events[-1] == "stopped"
 
 
+def test_a_stop_while_the_first_config_read_blocks_exits_at_once(tmp_path: Path) -> None:
+    """The config file is a FIFO nobody writes (a hung mount): the start's read blocks. The
+    daemon's signals are held while it starts, so SIGTERM went unseen and only SIGKILL ended
+    the process; now it exits 0 at once, saying why, and a SIGHUP meanwhile stays held."""
+    fifo = tmp_path / "streamer.toml"
+    os.mkfifo(fifo)
+    command = [sys.executable, "-m", "streamer", "run", "--config", str(fifo)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as daemon:
+        time.sleep(1.0)  # into the read (the stop is taken whenever it comes)
+        daemon.send_signal(signal.SIGHUP)
+        daemon.send_signal(signal.SIGTERM)
+        out, _ = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0
+    (line,) = [json.loads(text) for text in out.splitlines()]
+    assert line["event"] == "stopped" and line["config"] == str(fifo)
+    assert line["reason"] == "SIGTERM came before the config file was read"
+
+
 def reload_onto_a_fifo(daemon: Daemon, folder: Path) -> Path:
     """Point the daemon's model at a FIFO nobody writes, and SIGHUP: the reload's load
     blocks opening it, as a read on a hung network mount does. Returns the FIFO."""
