@@ -185,32 +185,48 @@ def test_two_models_on_one_device_get_their_own_streams(
     first.close()
 
 
-@pytest.mark.parametrize(("interval", "effective"), [(3, 3), (100, 4)])
+@pytest.mark.parametrize("interval", [3])
 def test_callback_interval_with_flush_of_the_remainder(
     interval: int,
-    effective: int,
     make_backend: MakeBackend,
     dynamic_model: Path,
     frames: list[np.ndarray],
     reference: Reference,
 ) -> None:
-    """An interval above max_in_flight (4) would never fill: it is lowered to 4, and said."""
     backend = make_backend(callback_interval=interval, callback_flush_ms=5)
-    with capture_logs() as logs:
-        model = backend.load(ModelSpec("face", dynamic_model, mode="async", max_in_flight=4))
-    lowered = [e for e in logs if e["event"] == "acl_callback_interval_lowered"]
-    assert [(e["callback_interval"], e["max_in_flight"]) for e in lowered] == (
-        [] if interval == effective else [(interval, 4)]
-    )
+    model = backend.load(ModelSpec("face", dynamic_model, mode="async", max_in_flight=4))
     batches = [blazeface_input(frames[:gear]) for gear in (1, 2, 4, 8, 1)]
     results = run_threads(model, batches)
     for batch, done in zip(batches, results, strict=True):
         assert_close(done.outputs, reference(batch))
     launched = backend.simulator.log.names("acl.rt.launch_callback")
-    assert len(launched) == len(batches) // effective
+    assert len(launched) == len(batches) // interval
     assert backend.simulator.log.names("acl.rt.synchronize_stream_with_timeout"), (
         "the rest is flushed"
     )
+    model.close()
+
+
+def test_a_callback_interval_above_max_in_flight_is_lowered_to_it(
+    make_backend: MakeBackend, dynamic_model: Path, frames: list[np.ndarray], reference: Reference
+) -> None:
+    """An interval of 100 would never fill with at most 4 batches in flight: every batch
+    would wait callback_flush_ms (5 s here) for a sync. Lowered to 4, and said, the fourth
+    enqueue launches the callback that finishes all four."""
+    backend = make_backend(callback_interval=100, callback_flush_ms=5000)
+    with capture_logs() as logs:
+        model = backend.load(ModelSpec("face", dynamic_model, mode="async", max_in_flight=4))
+    (lowered,) = [e for e in logs if e["event"] == "acl_callback_interval_lowered"]
+    assert (lowered["callback_interval"], lowered["max_in_flight"]) == (100, 4)
+    batches = [blazeface_input(frames[:gear]) for gear in (1, 2, 4, 8)]
+    for batch in batches:
+        model.enqueue([batch])
+    assert len(backend.simulator.log.names("acl.rt.launch_callback")) == 1
+    for batch in batches:
+        done = model.dequeue(2000)  # well within the 5 s flush: the callback finished it
+        assert done is not None and done.error is None
+        assert_close(done.outputs, reference(batch))
+    assert not backend.simulator.log.names("acl.rt.synchronize_stream_with_timeout")
     model.close()
 
 
