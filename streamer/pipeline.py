@@ -224,7 +224,7 @@ class Pipeline:
         Raises:
             ConfigError, ModelError, BackendError: what was loaded is released first.
         """
-        check_endpoints(config.ingress, config.egress)
+        check_endpoints(config.ingress, config.egress, config.daemon.http_endpoint)
         check_curve_keys(config.ingress, config.egress)
         backend = open_backend(config.runtime)
         try:

@@ -123,15 +123,19 @@ def _check_port(address: str, where: str) -> None:
     raise ConfigError(f"{where}: {address!r} needs a tcp port in 1..65535 (or *)")
 
 
-def check_endpoints(ingress: Sequence[Any], egress: Sequence[Any]) -> None:
+def check_endpoints(
+    ingress: Sequence[Any], egress: Sequence[Any], http: tuple[str, int] | None = None
+) -> None:
     """Parse every configured URI, so a bad one is a config error before anything starts.
 
     Args:
         ingress, egress: the ``[[ingress]]`` and ``[[egress]]`` configs (``uri``, ``name``).
+        http: ``daemon.http_address`` as ``(host, port)``, or None when it is off.
 
     Raises:
-        ConfigError: a malformed URI, a socket type not allowed there, a bad tcp port, or
-            two sockets binding one address (the second would fail to start).
+        ConfigError: a malformed URI, a socket type not allowed there, a bad tcp port, an
+            address bound twice (by two sockets, or listed twice for one), or a tcp port
+            the HTTP server binds too (the second to bind would fail to start).
     """
     sockets = [
         (f"ingress {c.name}", parse_endpoints(c.uri, INGRESS_TYPES, f"ingress {c.name}"))
@@ -144,9 +148,30 @@ def check_endpoints(ingress: Sequence[Any], egress: Sequence[Any]) -> None:
     bound: dict[str, str] = {}
     for where, endpoints in sockets:
         for endpoint in (e for e in endpoints if e.bind):
-            other = bound.setdefault(endpoint.address, where)
-            if other != where:
-                raise ConfigError(f"{where}: {endpoint.address} is also bound by {other}")
+            if (other := bound.get(endpoint.address)) is not None:
+                also = "listed twice" if other == where else f"also bound by {other}"
+                raise ConfigError(f"{where}: {endpoint.address} is {also}")
+            bound[endpoint.address] = where
+            if http is not None and _same_tcp_port(endpoint.address, http):
+                host, port = http
+                raise ConfigError(
+                    f"daemon.http_address: port {port} of {host} is also bound by {where} "
+                    f"({endpoint.address})"
+                )
+
+
+def _same_tcp_port(address: str, http: tuple[str, int]) -> bool:
+    """Whether a ZeroMQ ``tcp://host:port`` and the HTTP server's ``(host, port)`` would bind
+    one port: the same port on the same host, or on a wildcard (``*``, ``0.0.0.0``, ``::``)
+    that takes every host's; port 0 (any free one) never clashes."""
+    if not address.startswith("tcp://"):
+        return False
+    host, _, port = address[len("tcp://") :].rpartition(":")
+    http_host, http_port = http
+    if port == "*" or int(port) != http_port or http_port == 0:
+        return False
+    wildcards = {"*", "0.0.0.0", "::", "[::]", ""}
+    return host.strip("[]") == http_host or host in wildcards or http_host in wildcards
 
 
 def parse_endpoints(

@@ -91,6 +91,35 @@ def test_two_sockets_binding_one_address_are_a_config_error() -> None:
         check_endpoints(ingress, same)
     connect = [EgressConfig(name="out", uri="push+connect:tcp://127.0.0.1:6555")]
     check_endpoints(ingress, connect)  # connecting to it is another matter
+    twice = [IngressConfig(name="in", uri=["pull+bind:tcp://127.0.0.1:6555"] * 2)]
+    with pytest.raises(ConfigError, match=r"ingress in: tcp://127.0.0.1:6555 is listed twice"):
+        check_endpoints(twice, [])
+
+
+@pytest.mark.parametrize(
+    ("uri", "http", "clashes"),
+    [
+        ("pull+bind:tcp://127.0.0.1:6555", ("127.0.0.1", 6555), True),
+        ("pull+bind:tcp://*:6555", ("127.0.0.1", 6555), True),
+        ("pull+bind:tcp://127.0.0.1:6555", ("0.0.0.0", 6555), True),
+        ("pull+bind:tcp://[::1]:6555", ("::1", 6555), True),
+        ("pull+bind:tcp://127.0.0.1:6555", ("127.0.0.2", 6555), False),
+        ("pull+bind:tcp://127.0.0.1:6555", ("127.0.0.1", 6556), False),
+        ("pull+bind:tcp://127.0.0.1:*", ("127.0.0.1", 0), False),
+        ("pull+connect:tcp://127.0.0.1:6555", ("127.0.0.1", 6555), False),
+    ],
+)
+def test_the_http_port_clashes_with_a_socket_bound_on_it(
+    uri: str, http: tuple[str, int], clashes: bool
+) -> None:
+    """The HTTP server binds first: the ingress then failed to start (exit 1, blaming the
+    ingress) for a mistake in the config."""
+    ingress = [IngressConfig(name="in", uri=uri)]
+    if not clashes:
+        check_endpoints(ingress, [], http)
+        return
+    with pytest.raises(ConfigError, match=f"daemon.http_address: port 6555 of {http[0]} is"):
+        check_endpoints(ingress, [], http)
 
 
 def test_an_ipc_path_another_process_listens_on_is_in_use(tmp_path: Path) -> None:
