@@ -134,3 +134,14 @@ def test_a_digest_written_by_hand_or_by_sha256sum_is_read(
     ):
         digest.write_text(text)
         assert asset_state(asset, tmp_path) == state, text
+
+
+def test_fetching_a_name_that_is_no_asset_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit 2 listing the assets, before anything is fetched (it was 1, as a network fault)."""
+    monkeypatch.setenv("STREAMER_CACHE", str(tmp_path))
+    fetched = CliRunner().invoke(main, ["models", "fetch", "carphone", "blazeface"])
+    assert fetched.exit_code == 2
+    assert "'carphone' is not one of 'astronaut.png'" in fetched.stderr
+    assert list(tmp_path.iterdir()) == []
