@@ -239,7 +239,7 @@ class _Control:
         self._ping_s = self._notifier.watchdog_interval_s
         self._tick_s = min(_TICK_S, self._ping_s / 2) if self._ping_s else _TICK_S
         self._next_ping_s = 0.0
-        self._next_status_s = time.monotonic() + daemon.status_interval_s
+        self._next_status_s = 0.0  # the first STATUS= at the first tick, right after READY=1
         self._read: ConfigRead | None = None
         self._blocked_reads: list[ConfigRead] = []  # reads given up on, perhaps not ended
         self._reload: PipelineReload | None = None

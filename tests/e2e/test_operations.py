@@ -395,6 +395,16 @@ def test_reads_that_stay_blocked_are_bounded_and_a_reload_reads_again_once_they_
     assert daemon.stop() == 0
 
 
+def test_the_first_status_comes_right_after_ready(start_daemon: Any, notify: NotifySocket) -> None:
+    """``systemctl status`` had no Status line for the first ``status_interval_s``."""
+    daemon: Daemon = start_daemon(
+        daemon_extra="status_interval_s = 3600.0", env=notify.env(watchdog_usec=60_000_000)
+    )
+    notify.wait("READY=1")
+    assert "in flight; received 0," in notify.wait("STATUS=running: ", timeout_s=10)
+    assert daemon.stop() == 0
+
+
 def test_a_stop_during_a_blocked_config_read_is_a_normal_stop(
     start_daemon: Any, notify: NotifySocket
 ) -> None:
