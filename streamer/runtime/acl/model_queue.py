@@ -282,8 +282,9 @@ class QueueModeModel(AclModel):
             self._tickets.popleft()  # its slot stays taken: reload() makes a new one
             self._received = []
             raise OutputLostError(
-                f"model {self.info.name!r}: no output for a batch enqueued {waited_ms:.0f} ms ago; "
-                "queue mode cannot attribute later outputs (the execution failed on the device)"
+                f"model {self.info.name!r}: no output for a batch enqueued {waited_ms:.0f} ms ago "
+                f"(its execution failed on the device, or runs past result_timeout_ms = "
+                f"{self._options.result_timeout_ms}); queue mode cannot attribute later outputs"
             )
 
     def reload(self) -> None:

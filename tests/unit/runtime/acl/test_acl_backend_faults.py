@@ -54,7 +54,10 @@ def test_queue_mode_lost_output_stops_the_model_without_hanging(
     model = backend.load(ModelSpec("face", static4_model, mode="queue"))
     model.enqueue([blazeface_input(frames[:4])])
     started = time.monotonic()
-    with pytest.raises(BackendError, match="no output for a batch enqueued"):
+    lost = (
+        r"no output for a batch enqueued \d+ ms ago \(its execution failed on the device, or runs"
+    )
+    with pytest.raises(BackendError, match=lost + r" past result_timeout_ms = 300\)"):
         while model.dequeue(100) is None:
             assert time.monotonic() - started < 5
     assert backend.simulator.queues.failed_executions == 1
