@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import click
 import structlog
@@ -58,15 +58,16 @@ def run(config_path: Path, log_level: str | None, log_format: str | None) -> Non
     Exit codes: 0 clean stop, 1 fatal error (backend, address in use, failed release),
     2 bad config or model.
     """
+    start_format = cast(LogFormat, log_format or "auto")
     try:
         config = read_at_start(config_path, _START_READ_TIMEOUT_S)
     except ConfigError as exc:
-        _exit_before_start(config_path, str(exc), log_format or "auto", EXIT_USAGE)  # type: ignore[arg-type]
+        _exit_before_start(config_path, str(exc), start_format, EXIT_USAGE)
     except ReadStopped as stop:
         why = f"{stop} came before the config file was read"
-        _exit_before_start(config_path, why, log_format or "auto", EXIT_OK)  # type: ignore[arg-type]
+        _exit_before_start(config_path, why, start_format, EXIT_OK)
     except StreamerError as exc:
-        _exit_before_start(config_path, str(exc), log_format or "auto", EXIT_FATAL)  # type: ignore[arg-type]
+        _exit_before_start(config_path, str(exc), start_format, EXIT_FATAL)
     daemon = config.daemon
     configure_logging(log_level or daemon.log_level, log_format or daemon.log_format)  # type: ignore[arg-type]
     with native_output_logged():
@@ -231,7 +232,7 @@ def models() -> None:
     "names",
     nargs=-1,
     metavar="[NAME]...",
-    type=click.Choice(sorted(a.name for a in [*ASSETS, *SPLITS])),
+    type=click.Choice(sorted([a.name for a in ASSETS] + [s.name for s in SPLITS])),
 )
 def models_fetch(names: tuple[str, ...]) -> None:
     """Fetch NAMES (default: every asset; `streamer models list` names them) into the

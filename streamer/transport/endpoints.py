@@ -160,6 +160,10 @@ def check_endpoints(
                 )
 
 
+_WILDCARD_HOSTS = frozenset({"*", "0.0.0.0", "::"})
+"""Hosts that bind a port on every address."""
+
+
 def _same_tcp_port(address: str, http: tuple[str, int]) -> bool:
     """Whether a ZeroMQ ``tcp://host:port`` and the HTTP server's ``(host, port)`` would bind
     one port: the same port on the same host, or on a wildcard (``*``, ``0.0.0.0``, ``::``)
@@ -167,11 +171,10 @@ def _same_tcp_port(address: str, http: tuple[str, int]) -> bool:
     if not address.startswith("tcp://"):
         return False
     host, _, port = address[len("tcp://") :].rpartition(":")
-    http_host, http_port = http
+    host, (http_host, http_port) = host.strip("[]"), http
     if port == "*" or int(port) != http_port or http_port == 0:
         return False
-    wildcards = {"*", "0.0.0.0", "::", "[::]", ""}
-    return host.strip("[]") == http_host or host in wildcards or http_host in wildcards
+    return host == http_host or host in _WILDCARD_HOSTS or http_host in _WILDCARD_HOSTS
 
 
 def parse_endpoints(

@@ -10,9 +10,9 @@ one type, all on the one socket):
   senders send no topic part, so a ``sub`` with ``protocol = "imagezmq"`` takes everything.
 - ``rep`` and ``router``: exactly one reply per request, always, errors included, sent by
   this thread once the message is checked and queued, or dropped at once (before
-  inference): the native
-  protocol's JSON ack (:func:`~streamer.transport.protocol.encode_ack`) or imagezmq's
-  ``OK`` / ``ERROR …`` (:func:`~streamer.transport.imagezmq.encode_reply`). A ``router``
+  inference): the native protocol's JSON ack
+  (:func:`~streamer.transport.protocol.encode_ack`) or imagezmq's ``OK`` / ``ERROR …``
+  (:func:`~streamer.transport.imagezmq.encode_reply`). A ``router``
   replies through the request's envelope: the peer identity, and the empty delimiter part
   when the request has one (REQ peers send it).
 

@@ -57,6 +57,11 @@ MAX_SEQ = 2**53 - 1
 MAX_META_DEPTH = 32
 """Deepest nesting of objects and arrays in an echoed ``meta`` (``{}`` is 1): results must
 stay encodable (orjson refuses more than 254 levels) and cheap to walk for any consumer."""
+DROPPED_DETAIL = "dropped on arrival; no result follows"
+"""The ``detail`` of a reply to a frame dropped at once (:func:`encode_ack`)."""
+_MAX_JSON_DEPTH = 1024
+"""orjson's nesting limit; its error says ``depth limit exceeded`` (:data:`_TOO_DEEP`)."""
+_TOO_DEEP = "depth limit exceeded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +81,6 @@ class Header:
     meta: dict[str, Any] | None
     eos: bool
     fields: dict[str, Any]
-
-
-_MAX_JSON_DEPTH = 1024
-"""orjson's nesting limit; its error says ``depth limit exceeded`` (:data:`_TOO_DEEP`)."""
-_TOO_DEEP = "depth limit exceeded"
 
 
 def _bad(detail: str) -> FrameError:
@@ -249,10 +249,6 @@ def encode_ack(item: Frame | EndOfStream, dropped: str | None = None) -> bytes:
     elif item.error is not None:
         body.update(ok=False, reason=item.error.reason, detail=item.error.detail)
     return dump_json(body)
-
-
-DROPPED_DETAIL = "dropped on arrival; no result follows"
-"""The ``detail`` of a reply to a frame dropped at once (:func:`encode_ack`)."""
 
 
 def encode_frame(

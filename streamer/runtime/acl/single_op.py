@@ -54,6 +54,9 @@ from streamer.runtime.acl.transfer import Transfer
 
 __all__ = ["DeviceOperand", "OpRequest", "SingleOpRunner"]
 
+_SIZE_T_MAX = 2**64 - 1
+"""The largest size ``acl.rt.malloc`` takes (a ``size_t``)."""
+
 AttrValue = bool | int | float
 
 
@@ -307,10 +310,6 @@ def _too_large(output: OutputDims, nbytes: int, why: str) -> MaxShapeWrong:
 
 def _max_shape(max_shapes: Sequence[tuple[int, ...]], index: int) -> tuple[int, ...] | None:
     return max_shapes[index] if index < len(max_shapes) else None
-
-
-_SIZE_T_MAX = 2**64 - 1
-"""The largest size ``acl.rt.malloc`` takes (a ``size_t``)."""
 
 
 def _nbytes(dims: Sequence[int], dtype: np.dtype[Any]) -> int:
