@@ -12,6 +12,7 @@ import structlog
 
 from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state, fetch_assets
 from streamer.config import Config, DaemonConfig, cache_dir, load_config
+from streamer.cpu_scheduling import apply_cpu_scheduling_policy
 from streamer.daemon import EXIT_FATAL, EXIT_OK, EXIT_USAGE, exit_daemon, run_daemon
 from streamer.errors import AssetError, ConfigError, ModelError, StreamerError
 from streamer.observability.logging import LogFormat, configure_logging, renders_json
@@ -69,7 +70,12 @@ def run(config_path: Path, log_level: str | None, log_format: str | None) -> Non
     except StreamerError as exc:
         _exit_before_start(config_path, str(exc), start_format, EXIT_FATAL)
     daemon = config.daemon
+    not_set = apply_cpu_scheduling_policy(daemon.cpu_scheduling_policy)  # before any thread
     configure_logging(log_level or daemon.log_level, log_format or daemon.log_format)  # type: ignore[arg-type]
+    if not_set is not None:
+        structlog.get_logger(__name__).warning(
+            "cpu_scheduling_policy_not_set", policy=daemon.cpu_scheduling_policy, error=not_set
+        )
     with native_output_logged():
         code = run_daemon(config, config_path)
     exit_daemon(code)

@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_MAX_SOURCES",
     "BatchConfig",
     "Config",
+    "CpuSchedulingPolicy",
     "DaemonConfig",
     "EgressConfig",
     "FullPolicy",
@@ -140,6 +141,12 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return next((m for a in get_args(annotation) if (m := _model_in(a)) is not None), None)
 
 
+CpuSchedulingPolicy = Literal["batch", "other", "inherit"]
+"""``[daemon] cpu_scheduling_policy``, in systemd's names (``CPUSchedulingPolicy=``): ``batch``
+= ``SCHED_BATCH``, ``other`` = ``SCHED_OTHER``; ``inherit`` leaves the policy the daemon was
+started with (``chrt``, a systemd unit). See :mod:`streamer.cpu_scheduling`."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -208,6 +215,14 @@ class DaemonConfig(_Strict):
     )
     status_interval_s: Seconds = Field(
         10.0, description="seconds between two systemd STATUS= lines"
+    )
+    cpu_scheduling_policy: CpuSchedulingPolicy = Field(
+        "batch",
+        description="Linux scheduling policy of the daemon's threads, systemd's names: batch "
+        "(SCHED_BATCH: a waking thread does not preempt a running one, fewer context "
+        "switches, more frames/s when the cores are full, a few ms more latency then) | "
+        "other (SCHED_OTHER, the usual) | inherit (as started: chrt, the unit's "
+        "CPUSchedulingPolicy=)",
     )
 
     @field_validator("http_address")

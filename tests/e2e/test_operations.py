@@ -662,3 +662,30 @@ def test_a_log_reader_that_stops_reading_holds_no_thread_of_the_daemon(
         Client(endpoints, astronaut).close()  # its probes' results: it serves
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
+
+
+def thread_policies(pid: int) -> list[int]:
+    """The scheduling policy (sched(7) numbers) of each thread of ``pid``: field 41 of
+    ``/proc/<pid>/task/<tid>/stat`` (proc(5))."""
+    policies = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        fields = (task / "stat").read_text().rpartition(")")[2].split()
+        policies.append(int(fields[41 - 3]))  # the fields after the name start at 3
+    return policies
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux policies")
+@pytest.mark.parametrize(
+    ("setting", "policy"), [("", os.SCHED_BATCH), ('cpu_scheduling_policy = "other"', 0)]
+)
+def test_every_thread_of_the_daemon_runs_under_its_cpu_scheduling_policy(
+    start_daemon: Any, connect: Any, astronaut: np.ndarray, setting: str, policy: int
+) -> None:
+    daemon: Daemon = start_daemon(daemon_extra=setting)
+    client: Client = connect(daemon)  # its JPEG probes start the worker pool's threads
+    raw = np.ascontiguousarray(astronaut[:64, :64])
+    client.send_parts(encode_frame("cam", 0, raw, encoding="raw"))
+    assert len(client.collect(1)) == 1
+    policies = thread_policies(daemon.process.pid)
+    assert len(policies) > 10 and set(policies) == {policy}
+    assert daemon.stop() == 0
