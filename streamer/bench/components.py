@@ -44,6 +44,20 @@ class Components:
     inference: dict[int, Cost]
     postprocess: Cost
 
+    def cheapest(self, other: Components) -> Components:
+        """Each step at the lower of its CPU costs in ``self`` and ``other`` (two rounds'
+        measurements of the same steps)."""
+
+        def lower(mine: Cost, theirs: Cost) -> Cost:
+            return theirs if theirs.cpu_ms < mine.cpu_ms else mine
+
+        return Components(
+            lower(self.decode, other.decode),
+            lower(self.preprocess, other.preprocess),
+            {size: lower(cost, other.inference[size]) for size, cost in self.inference.items()},
+            lower(self.postprocess, other.postprocess),
+        )
+
     def best_batch_size(self) -> int:
         """The batch size with the least inference CPU time per frame."""
         return min(self.inference, key=lambda size: self.inference[size].cpu_ms)

@@ -98,9 +98,9 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
         StreamerError: a subprocess (daemon, receiver, producer, py-spy) failed.
     """
     options.out_dir.mkdir(parents=True, exist_ok=True)
+    plan = _plan(options)
     if not plot_available():
         echo(f"matplotlib is not installed, so no plot will be drawn: {INSTALL_HINT}")
-    plan = _plan(options)
     total = _total_frames(options, len(plan.daemons), max(plan.batch_sizes))
     try:
         with tqdm(total=total, unit="frame", dynamic_ncols=True) as bar:
@@ -162,7 +162,12 @@ def _save_inputs(options: BenchOptions) -> dict[str, tuple[FrameSet, Path]]:
 def _measure(
     options: BenchOptions, plan: _Plan, progress: Progress
 ) -> tuple[dict[str, Components], list[dict[str, dict[str, Measured]]], dict[str, Measured]]:
-    """(components, rounds, profiled runs), everything under test started once."""
+    """(components, rounds, profiled runs), everything under test started once.
+
+    The components are measured again at the start of every round, and each step keeps its
+    cheapest round, as each mode keeps its best: a limit from one measurement taken while
+    the machine was slow would flatter every ratio to it.
+    """
     harness = Harness(
         plan.primary_config,
         plan.daemons,
@@ -172,16 +177,23 @@ def _measure(
         progress,
         options.settle_s,
     )
+    cheapest: dict[str, Components] = {}
+    rounds = []
     try:
-        components = {
-            name: _components(harness, name, frames, options.frames, plan.batch_sizes, progress)
-            for name, (frames, _) in plan.frames.items()
-        }
-        rounds = [harness.run_round(components) for _ in range(options.rounds)]
-        profiled = harness.profile(components, options.out_dir) if options.profile else {}
+        for _ in range(options.rounds):
+            components = {
+                name: _components(harness, name, frames, options.frames, plan.batch_sizes, progress)
+                for name, (frames, _) in plan.frames.items()
+            }
+            rounds.append(harness.run_round(components))
+            cheapest = {
+                name: cheapest[name].cheapest(measured) if name in cheapest else measured
+                for name, measured in components.items()
+            }
+        profiled = harness.profile(cheapest, options.out_dir) if options.profile else {}
     finally:
         harness.close()
-    return components, rounds, profiled
+    return cheapest, rounds, profiled
 
 
 def _components(
@@ -236,7 +248,7 @@ def _total_frames(options: BenchOptions, daemons: int, chunk: int) -> int:
     components = math.ceil(options.frames / chunk) * chunk
     runs_per_round = 2 + daemons + 2  # serial, naive, a full load per daemon, 50 %, sources
     runs = options.rounds * runs_per_round + options.profile * PROFILE_FRAMES_FACTOR
-    return len(INPUTS) * (components + runs * options.frames)
+    return len(INPUTS) * (options.rounds * components + runs * options.frames)
 
 
 def _progress(bar: tqdm[Any]) -> Progress:
