@@ -42,7 +42,7 @@ from streamer.runtime.acl.description import ModelDescription
 from streamer.runtime.acl.device import AclRuntime, DeviceContext
 from streamer.runtime.acl.errors import AclError
 from streamer.runtime.acl.loaded import LoadedModel, load_model, load_plain
-from streamer.runtime.acl.model_async import AsyncModel
+from streamer.runtime.acl.model_async import AsyncModel, effective_callback_interval
 from streamer.runtime.acl.model_base import AclModel, ModelParts
 from streamer.runtime.acl.model_queue import QueueModeModel
 from streamer.runtime.acl.model_sync import SyncModel
@@ -148,6 +148,7 @@ class AclBackend(Backend):
             else WithQLoader.open_library(self._acl, self.options.acl_library)
         )
         self._models: set[AclModel] = set()
+        self._lowered_said: set[tuple[str, int, int]] = set()
         self._lock = threading.Lock()
         self._runtime = AclRuntime(self._acl, config.devices, self.options.acl_config_path)
         self._operators: AclOperators | None = None
@@ -328,11 +329,31 @@ class AclBackend(Backend):
         teardown: Teardown,
     ) -> AclModel:
         kind: Callable[..., AclModel] = AsyncModel if mode == "async" else SyncModel
+        if mode == "async":
+            self._say_if_callback_interval_lowered(spec, options)
         loaded, aipp = attach_dynamic_aipp(self._acl, spec.preprocess, loaded, teardown)
         parts = ModelParts(
             self._acl, device, loaded, options, teardown, self._forget, aipp, spec.device_outputs
         )
         return kind(parts, spec.max_in_flight)
+
+    def _say_if_callback_interval_lowered(self, spec: ModelSpec, options: ModelOptions) -> None:
+        """Log ``acl_callback_interval_lowered`` where an async model's interval is above
+        its ``max_in_flight`` (:func:`effective_callback_interval`): once per model and
+        values, not for every replica and every reload that loads it again."""
+        configured, max_in_flight = options.callback_interval, spec.max_in_flight
+        if effective_callback_interval(configured, max_in_flight) == configured:
+            return
+        with self._lock:
+            said = (spec.name, configured, max_in_flight) in self._lowered_said
+            self._lowered_said.add((spec.name, configured, max_in_flight))
+        if not said:
+            _log.warning(
+                "acl_callback_interval_lowered",
+                model=spec.name,
+                callback_interval=configured,
+                max_in_flight=max_in_flight,
+            )
 
     def _register(self, model: AclModel) -> AclModel:
         with self._lock:

@@ -14,7 +14,7 @@ The enqueue thread goes on submitting meanwhile; a sync waits for those batches 
 when it returns a failure's code they fail with the batches it was called for.
 
 A ``callback_interval`` above the model's ``max_in_flight`` would never fill: it is lowered to
-``max_in_flight`` (``acl_callback_interval_lowered``).
+``max_in_flight`` (the backend logs ``acl_callback_interval_lowered`` once per model).
 
 A callback carries no status (pyACL ``rt/rt_synchronize.cpp`` calls ``fn(user_data)``), and
 one queued behind a task that failed on the device may never run: under
@@ -49,10 +49,9 @@ from streamer.runtime.acl.constants import AclCode, CallbackBlock
 from streamer.runtime.acl.errors import AclError, check_ret, code_name
 from streamer.runtime.acl.model_base import ModelParts, inference_error
 from streamer.runtime.acl.model_dataset import Batch, DatasetModel
-from streamer.runtime.acl.options import ModelOptions
 from streamer.runtime.acl.report import ReportThread
 
-__all__ = ["AsyncModel"]
+__all__ = ["AsyncModel", "effective_callback_interval"]
 
 _log = structlog.get_logger(__name__)
 
@@ -84,7 +83,9 @@ class AsyncModel(DatasetModel):
         self._submit_lock = threading.Lock()
         self._uncovered: list[Batch] = []
         self._submitted_in_sync: list[Batch] | None = None  # while a flush synchronises
-        self._callback_interval = _callback_interval(self.info.name, options, max_in_flight)
+        self._callback_interval = effective_callback_interval(
+            options.callback_interval, max_in_flight
+        )
         self._callback_error: BaseException | None = None
 
     def _submit(self, batch: Batch) -> None:
@@ -190,16 +191,8 @@ class AsyncModel(DatasetModel):
         return True
 
 
-def _callback_interval(model: str, options: ModelOptions, max_in_flight: int) -> int:
+def effective_callback_interval(configured: int, max_in_flight: int) -> int:
     """``callback_interval``, at most ``max_in_flight``: more batches than that are never
     in flight, so a longer interval never fills and every batch would wait
-    ``callback_flush_ms`` for a synchronisation (logged, ``acl_callback_interval_lowered``)."""
-    if options.callback_interval <= max_in_flight:
-        return options.callback_interval
-    _log.warning(
-        "acl_callback_interval_lowered",
-        model=model,
-        callback_interval=options.callback_interval,
-        max_in_flight=max_in_flight,
-    )
-    return max_in_flight
+    ``callback_flush_ms`` for a synchronisation."""
+    return min(configured, max_in_flight)

@@ -193,7 +193,10 @@ def test_callback_interval_with_flush_of_the_remainder(
     frames: list[np.ndarray],
     reference: Reference,
 ) -> None:
-    backend = make_backend(callback_interval=interval, callback_flush_ms=5)
+    # A flush is due 300 ms after a batch's enqueue: long enough that the enqueues reach
+    # the interval before it on a loaded machine (at 5 ms, a slow enqueue let a flush
+    # take the first batches and one callback fewer was launched).
+    backend = make_backend(callback_interval=interval, callback_flush_ms=300)
     model = backend.load(ModelSpec("face", dynamic_model, mode="async", max_in_flight=4))
     batches = [blazeface_input(frames[:gear]) for gear in (1, 2, 4, 8, 1)]
     results = run_threads(model, batches)
@@ -228,6 +231,23 @@ def test_a_callback_interval_above_max_in_flight_is_lowered_to_it(
         assert_close(done.outputs, reference(batch))
     assert not backend.simulator.log.names("acl.rt.synchronize_stream_with_timeout")
     model.close()
+
+
+def test_a_lowered_callback_interval_is_said_once_per_model_not_per_replica_or_reload(
+    make_backend: MakeBackend, dynamic_model: Path
+) -> None:
+    backend = make_backend(callback_interval=100, callback_flush_ms=5000)
+    spec = ModelSpec("face", dynamic_model, mode="async", max_in_flight=4)
+    with capture_logs() as logs:
+        replicas = [backend.load(spec) for _ in range(2)]
+        for model in replicas:
+            model.close()
+        reloaded = backend.load(spec)  # a SIGHUP that changed another model
+        other = backend.load(ModelSpec("face", dynamic_model, mode="async", max_in_flight=2))
+    lowered = [e for e in logs if e["event"] == "acl_callback_interval_lowered"]
+    assert [e["max_in_flight"] for e in lowered] == [4, 2]
+    reloaded.close()
+    other.close()
 
 
 def test_invalid_batches_fail_alone_and_in_order(
