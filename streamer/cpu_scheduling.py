@@ -14,59 +14,104 @@ alternating runs (less than the spread of single runs on a shared machine). The 
 latency, and only while every core is busy: a waking thread then waits for a time slice to
 end (a few ms). The threads' weight (nice value) is unchanged, so is their share of the CPU.
 
-Source: sched(7), "SCHED_BATCH: Scheduling batch processes" ("the scheduler will assume
-that the thread is CPU-intensive ... this policy is useful for workloads that are
-noninteractive, but do not want to lower their nice value").
+Sources: sched(7), SCHED_BATCH: "the scheduler will always assume that the thread is
+CPU-intensive ... useful for workloads that are noninteractive, but do not want to lower
+their nice value, and for workloads that want a deterministic scheduling policy without
+interactivity causing extra preemptions (between the workload's tasks)"; Linux
+``kernel/sched/fair.c``, ``check_preempt_wakeup``: "Batch and idle tasks do not preempt
+non-idle tasks (their preemption is driven by the tick)".
 
 A policy is a per-thread attribute that new threads inherit from the thread that creates
 them. ``streamer run`` calls :func:`apply_cpu_scheduling_policy` on the main thread before
-it starts any thread of its own; it sets every thread the process has then (native
-libraries start some as they are imported), and the threads started later (the daemon's,
-ZeroMQ's I/O threads, onnxruntime's thread pools, ACL's) inherit it.
+the daemon starts its threads; it sets every thread the process has then (native libraries
+start some as they are imported), and the threads started later (the daemon's, ZeroMQ's
+I/O threads, onnxruntime's thread pools, ACL's) inherit it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from streamer.config import CpuSchedulingPolicy
 
-__all__ = ["apply_cpu_scheduling_policy"]
+__all__ = ["PolicyChange", "apply_cpu_scheduling_policy"]
+
+_NAMES = {
+    getattr(os, f"SCHED_{name.upper()}"): name
+    for name in ("other", "batch", "idle", "fifo", "rr")
+    if hasattr(os, f"SCHED_{name.upper()}")
+}
+"""Policy number → its name in systemd's ``CPUSchedulingPolicy=`` (where the OS has it)."""
+
+_MAX_LISTINGS = 10
+"""Passes over ``/proc/self/task`` for threads started while the others were being set."""
 
 
-def apply_cpu_scheduling_policy(policy: CpuSchedulingPolicy) -> str | None:
+@dataclass(frozen=True)
+class PolicyChange:
+    """What :func:`apply_cpu_scheduling_policy` found and did.
+
+    Attributes:
+        was: the calling thread's policy before, by systemd's name (``other``, ``batch``,
+            ``idle``, ``fifo``, ``rr``); empty where policies are not supported.
+        not_set: why some or all threads keep their policy; None when every thread runs
+            under the one asked for.
+    """
+
+    was: str
+    not_set: str | None
+
+
+def apply_cpu_scheduling_policy(policy: CpuSchedulingPolicy) -> PolicyChange:
     """Give every thread of the process, and so every thread started from now on, ``policy``.
 
-    Never raises: where the policy cannot be set (not Linux, or refused: a seccomp filter,
-    or leaving ``SCHED_IDLE`` without ``RLIMIT_NICE``) the threads keep theirs.
+    The calling thread is set first: if that is refused (a seccomp filter, or leaving
+    ``SCHED_IDLE`` without ``RLIMIT_NICE``), nothing changes. A thread refused after it
+    keeps its policy and the others get the new one; ``not_set`` says which.
 
     Args:
         policy: ``batch``, ``other`` or ``inherit`` (nothing is changed).
 
     Returns:
-        None once every thread runs under ``policy``; else why not, for the log.
+        The policy the calling thread had, and what could not be set. Never raises.
     """
-    if policy == "inherit":
-        return None
+    getter = getattr(os, "sched_getscheduler", None)
     setter = getattr(os, "sched_setscheduler", None)
-    if setter is None:  # not Linux
-        return "not supported here"
-    number = os.SCHED_BATCH if policy == "batch" else os.SCHED_OTHER
+    number = getattr(os, "SCHED_BATCH" if policy == "batch" else "SCHED_OTHER", None)
+    was = "" if getter is None else _NAMES.get(getter(0), str(getter(0)))
+    if policy == "inherit":
+        return PolicyChange(was, None)
+    if setter is None or number is None:  # not Linux
+        return PolicyChange(was, "not supported here")
     try:
-        for thread_id in _thread_ids():
-            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
-                setter(thread_id, number, os.sched_param(0))
+        setter(0, number, os.sched_param(0))  # 0: the calling thread (sched_setscheduler(2))
     except OSError as exc:
-        return str(exc)
-    return None
+        return PolicyChange(was, str(exc))
+    return PolicyChange(was, _set_other_threads(setter, number))
 
 
-def _thread_ids() -> list[int]:
-    """The process's thread ids, the calling thread's (0: sched_setscheduler(2)) first."""
-    try:
-        others = [int(task) for task in os.listdir("/proc/self/task")]
-    except OSError:  # no /proc: the calling thread, and the threads it starts, only
-        others = []
-    return [0, *(tid for tid in others if tid != threading.get_native_id())]
+def _set_other_threads(
+    setter: Callable[[int, int, os.sched_param], None], number: int
+) -> str | None:
+    """Set every other thread listed in ``/proc/self/task``, again until no new one shows
+    up; why some keep theirs, or None."""
+    done, refused = {threading.get_native_id()}, []
+    for _ in range(_MAX_LISTINGS):
+        try:
+            new = {int(task) for task in os.listdir("/proc/self/task")} - done
+        except OSError as exc:
+            return f"the other threads cannot be listed ({exc}): they keep their policy"
+        if not new:
+            break
+        for thread_id in sorted(new):
+            done.add(thread_id)
+            try:
+                setter(thread_id, number, os.sched_param(0))
+            except ProcessLookupError:  # a thread that ended meanwhile
+                pass
+            except OSError as exc:
+                refused.append(f"thread {thread_id}: {exc}")
+    return "; ".join(refused) or None

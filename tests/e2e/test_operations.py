@@ -674,18 +674,49 @@ def thread_policies(pid: int) -> list[int]:
     return policies
 
 
+def started_under(start_daemon: Any, policy: int, setting: str) -> Daemon:
+    """A daemon started from a thread under ``policy``, as ``chrt`` or a unit's
+    ``CPUSchedulingPolicy=`` start it (a child takes its forking thread's policy)."""
+    started: list[Daemon] = []
+
+    def launch() -> None:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+        started.append(start_daemon(daemon_extra=setting, wait_ready=False))
+
+    thread = threading.Thread(target=launch)
+    thread.start()
+    thread.join()
+    started[0].wait_event("ready")
+    return started[0]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux policies")
 @pytest.mark.parametrize(
-    ("setting", "policy"), [("", os.SCHED_BATCH), ('cpu_scheduling_policy = "other"', 0)]
+    ("started", "setting", "policy", "log"),
+    [
+        ("other", "", os.SCHED_BATCH, ("info", "batch", "other")),
+        ("other", 'cpu_scheduling_policy = "other"', 0, ("info", "other", "other")),
+        ("batch", 'cpu_scheduling_policy = "inherit"', os.SCHED_BATCH, ("info", "batch", "batch")),
+        ("batch", 'cpu_scheduling_policy = "other"', 0, ("warning", "other", "batch")),
+    ],
 )
 def test_every_thread_of_the_daemon_runs_under_its_cpu_scheduling_policy(
-    start_daemon: Any, connect: Any, astronaut: np.ndarray, setting: str, policy: int
+    start_daemon: Any,
+    connect: Any,
+    astronaut: np.ndarray,
+    started: str,
+    setting: str,
+    policy: int,
+    log: tuple[str, str, str],
 ) -> None:
-    daemon: Daemon = start_daemon(daemon_extra=setting)
+    under = os.SCHED_BATCH if started == "batch" else os.SCHED_OTHER
+    daemon = started_under(start_daemon, under, setting)
     client: Client = connect(daemon)  # its JPEG probes start the worker pool's threads
     raw = np.ascontiguousarray(astronaut[:64, :64])
     client.send_parts(encode_frame("cam", 0, raw, encoding="raw"))
     assert len(client.collect(1)) == 1
     policies = thread_policies(daemon.process.pid)
     assert len(policies) > 10 and set(policies) == {policy}
+    (said,) = [e for e in daemon.logs if e.get("event") == "cpu_scheduling_policy"]
+    assert (said["level"], said["policy"], said["was"]) == log
     assert daemon.stop() == 0
