@@ -201,7 +201,8 @@ def _released(pipeline: Pipeline) -> bool:
 @click.option(
     "--rounds",
     type=click.IntRange(min=1),
-    help="Times every mode runs; each reports its best run  [default: 3; 1 with --quick]",
+    help="Times every mode runs, the components measured again each time; each mode reports "
+    "its best run, each component its cheapest  [default: 3; 1 with --quick]",
 )
 @click.option(
     "--settle",

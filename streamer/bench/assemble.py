@@ -68,8 +68,12 @@ def _input_report(data: Measurements, name: str, frames: FrameSet) -> InputRepor
     if name in data.profiled:
         picked[PROFILED] = data.profiled[name]
     runs = {mode: measured.result for mode, measured in picked.items()}
-    details = {mode: m.detail for mode, m in picked.items() if m.detail is not None}
     components = data.components[name]
+    details = {  # steps alone as in the limit, not as in the round the run was picked from
+        mode: replace(m.detail, stages=m.detail.stages.against(components))
+        for mode, m in picked.items()
+        if m.detail is not None
+    }
     limit = find_limit(components, data.cores)
     primary = data.max_sizes[0]
     targets = input_targets(name, runs, limit, components, primary, data.max_delay_ms)

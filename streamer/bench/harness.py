@@ -171,14 +171,14 @@ class Harness:
         profile_path: Path | None = None,
     ) -> Measured:
         frames, path = self.frames[name]
-        self._settle(f"{name}: {load.mode}")
+        self.settle(f"{name}: {load.mode}")
         before = CpuSnapshot.take([daemon.pid])
         result, detail = daemon.run(load, frames, path, components, profile_path)
         after = CpuSnapshot.take([daemon.pid])
         self._progress(f"{name}: {load.mode}", load.count)
         return Measured(replace(result, others_cores=others_cores(before, after)), detail)
 
-    def _settle(self, what: str) -> None:
+    def settle(self, what: str) -> None:
         """Announce ``what`` runs next, once the machine is quiet (or ``settle_s`` passed)."""
         self._progress(f"{what} (waiting for a quiet machine)", 0)
         wait_until_quiet(self._settle_s, self._live_pids())
@@ -196,7 +196,7 @@ class Harness:
     def _measured(
         self, mode: str, name: str, live_pids: Iterable[int], run: Callable[[], RunResult]
     ) -> Measured:
-        self._settle(f"{name}: {mode}")
+        self.settle(f"{name}: {mode}")
         before = CpuSnapshot.take(live_pids)
         result = run()
         after = CpuSnapshot.take(live_pids)

@@ -97,7 +97,6 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
         ConfigError, ModelError, AssetError: the config, model or media cannot be used.
         StreamerError: a subprocess (daemon, receiver, producer, py-spy) failed.
     """
-    options.out_dir.mkdir(parents=True, exist_ok=True)
     plan = _plan(options)
     if not plot_available():
         echo(f"matplotlib is not installed, so no plot will be drawn: {INSTALL_HINT}")
@@ -118,6 +117,7 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
 
 def _plan(options: BenchOptions) -> _Plan:
     base = load_config(options.config_path)
+    options.out_dir.mkdir(parents=True, exist_ok=True)  # once the config is known to load
     max_sizes = options.max_sizes or (base.models[0].batch.max_size,)
     batch_sizes = tuple(sorted({*BATCH_SIZES, *max_sizes}))
     configs = [
@@ -207,7 +207,7 @@ def _components(
     def done(frames_done: int) -> None:
         progress(f"{name}: components", frames_done)
 
-    done(0)
+    harness.settle(f"{name}: components")
     return measure_components(harness.work, frames, count, batch_sizes, done)
 
 
@@ -228,6 +228,7 @@ def _measurements(
         "max_sizes": list(plan.max_sizes),
         "batch_sizes": list(plan.batch_sizes),
         "cores": cpu_cores(),
+        "daemon_cpu_scheduling_policy": plan.primary_config.daemon.cpu_scheduling_policy,
     }
     return Measurements(
         settings=settings(**given),

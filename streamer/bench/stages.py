@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import overload
 
 import numpy as np
@@ -104,6 +104,20 @@ class StageReport:
     overhead_cpu_ms: float
     cores_used: float | None
     host_cpu_ms: float | None = None
+
+    def against(self, components: Components) -> StageReport:
+        """This report with its steps-alone figures (each stage's ``alone_cpu_ms``,
+        ``work_cpu_ms``, ``overhead_cpu_ms``) from ``components``: the benchmark's cheapest
+        round of each step, which the limit comes from too."""
+        alone = _alone_costs(components, self.mean_batch_size)
+        stages = tuple(replace(s, alone_cpu_ms=_round(alone.get(s.name))) for s in self.stages)
+        work_cpu = sum(alone.values())
+        return replace(
+            self,
+            stages=stages,
+            work_cpu_ms=_round(work_cpu),
+            overhead_cpu_ms=_round(self.daemon_cpu_ms - work_cpu),
+        )
 
 
 def stage_report(

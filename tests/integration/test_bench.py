@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 FRAMES = 16
 MODES = {"serial", "naive", "daemon", "daemon_half_rate", "daemon_16_sources", "daemon_device_side"}
@@ -43,6 +45,11 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
         assert item["limit"]["fps"] > 0 and item["limit"]["cores"] >= 1
         stages = item["daemon"]["daemon"]["stages"]
         names = {stage["name"] for stage in stages["stages"]}
+        alone = {stage["name"]: stage["alone_cpu_ms"] for stage in stages["stages"]}
+        steps = item["components"]  # the stage table's steps alone are the limit's
+        steps_ms = steps["decode"]["cpu_ms"] + steps["preprocess"]["cpu_ms"]
+        assert alone["decode+preprocess"] == pytest.approx(steps_ms, abs=1e-4)
+        assert alone["postprocess"] == pytest.approx(steps["postprocess"]["cpu_ms"], abs=1e-4)
         assert {"ingress", "decode+preprocess", "inference", "postprocess", "egress"} <= names
         assert stages["slowest"]
         device_side = item["daemon"]["daemon_device_side"]["stages"]
@@ -50,6 +57,7 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
             assert report_stages["host_cpu_ms"] is None or report_stages["host_cpu_ms"] > 0
         assert {t["name"] for t in item["targets"]} >= {"daemon / limit", "daemon / naive"}
     assert report["targets"] and report["max_size"]["fastest"] in (1, 2, 4, 8, 16)
+    assert report["settings"]["daemon_cpu_scheduling_policy"] == "batch"
     assert "daemon / limit" in done.stdout and "slowest stage" in done.stdout
     assert "host CPU per frame" in done.stdout
     if importlib.util.find_spec("matplotlib") is not None:
@@ -64,3 +72,16 @@ def test_a_chain_the_bench_cannot_time_is_refused_clearly(tmp_path: Path) -> Non
     assert "needs models[0] to have a [models.preprocess] and a [models.postprocess]" in (
         done.stderr + done.stdout
     )
+
+
+def test_a_config_that_does_not_load_is_the_first_thing_said_and_leaves_no_folder(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[daemon]\nqueue_size = 0\n")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "streamer", "bench", "--quick", "--config", str(config)]
+    done = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "queue_size" in done.stderr and "matplotlib" not in done.stdout + done.stderr
+    assert not out.exists()

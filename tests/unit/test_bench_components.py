@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from streamer.bench.clock import Cost
 from streamer.bench.components import Components, find_limit
+from streamer.bench.stages import Stage, StageReport
 
 
 def components(decode: float, preprocess: float, batch_1: float, batch_8: float) -> Components:
@@ -25,3 +26,19 @@ def test_each_step_keeps_its_cheapest_round_whichever_round_it_was() -> None:
     limit = find_limit(best, cores=2)
     assert limit.cpu_ms_per_frame == 0.02 + 0.12 + 1.5 + 0.05
     assert limit.fps > find_limit(slow_start, cores=2).fps
+
+
+def test_the_stage_table_takes_its_steps_alone_from_the_components_given() -> None:
+    cheapest = components(decode=0.02, preprocess=0.12, batch_1=1.5, batch_8=1.6)
+    stages = (
+        Stage("decode+preprocess", 2, 0.2, 10.0, 1.0, "span", 0.17),
+        Stage("inference", 2, 1.8, 80.0, 14.0, "span", 1.7),
+        Stage("egress", 1, 0.05, 2.0, None, "none", None),
+    )
+    # As one round measured them, its own components giving 1.92 ms of work alone:
+    report = StageReport(stages, "inference", "cpu", 8.0, 2.2, 1.92, 0.28, 1.8)
+    rebased = report.against(cheapest)
+    assert [s.alone_cpu_ms for s in rebased.stages] == [0.14, 1.6, None]
+    assert rebased.work_cpu_ms == 0.02 + 0.12 + 1.6 + 0.05
+    assert rebased.overhead_cpu_ms == round(2.2 - rebased.work_cpu_ms, 4)
+    assert (rebased.daemon_cpu_ms, rebased.stages[0].cpu_ms) == (2.2, 0.2)  # measured: kept
