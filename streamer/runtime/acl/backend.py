@@ -329,13 +329,14 @@ class AclBackend(Backend):
         teardown: Teardown,
     ) -> AclModel:
         kind: Callable[..., AclModel] = AsyncModel if mode == "async" else SyncModel
-        if mode == "async":
-            self._say_if_callback_interval_lowered(spec, options)
         loaded, aipp = attach_dynamic_aipp(self._acl, spec.preprocess, loaded, teardown)
         parts = ModelParts(
             self._acl, device, loaded, options, teardown, self._forget, aipp, spec.device_outputs
         )
-        return kind(parts, spec.max_in_flight)
+        model = kind(parts, spec.max_in_flight)
+        if mode == "async":  # once built: a load that fails says nothing yet
+            self._say_if_callback_interval_lowered(spec, options)
+        return model
 
     def _say_if_callback_interval_lowered(self, spec: ModelSpec, options: ModelOptions) -> None:
         """Log ``acl_callback_interval_lowered`` where an async model's interval is above
