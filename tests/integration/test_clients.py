@@ -38,6 +38,15 @@ from streamer.transport.protocol import Header, parse_header
 Context = zmq.Context[Any]
 Socket = zmq.Socket[Any]
 ROOT = Path(__file__).resolve().parents[2]
+PRODUCE = ROOT / "tools" / "produce.py"
+
+RUN_WITH_CTRL_C = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+"""Runs a tool with Ctrl-C raising KeyboardInterrupt even when the tests were started with
+SIGINT ignored (as a shell starts a background job): a process that starts under an ignored
+SIGINT keeps ignoring it, as Unix tools should."""
 
 
 def _threads() -> set[threading.Thread]:
@@ -187,7 +196,7 @@ def test_an_interrupted_produce_tool_with_no_daemon_exits_at_once() -> None:
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     # A video: its decoder's threads (and libzmq's) may take the signal instead of the
     # thread blocked in the send.
-    command = [sys.executable, str(ROOT / "tools" / "produce.py"), "carphone.mp4"]
+    command = [sys.executable, "-c", RUN_WITH_CTRL_C, str(PRODUCE), "carphone.mp4"]
     command += ["--endpoint", endpoint, "--send-timeout", "120"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as tool:
         assert tool.stderr is not None
@@ -260,7 +269,7 @@ def test_an_interrupted_produce_tool_does_not_wait_to_send_its_end_of_stream(
     queued frames are waited for (it used to wait the send timeout, then blame the daemon,
     and the close timeout)."""
     pull, endpoint = _slow_pull(context, sockets)
-    command = [sys.executable, str(ROOT / "tools" / "produce.py"), "astronaut.png"]
+    command = [sys.executable, "-c", RUN_WITH_CTRL_C, str(PRODUCE), "astronaut.png"]
     command += ["--encoding", "raw", "--loop", "50", "--endpoint", endpoint]
     command += ["--send-timeout", "120", "--close-timeout", "120", "--no-progress"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as tool:
