@@ -11,8 +11,8 @@ import click
 import structlog
 
 from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state, fetch_assets
-from streamer.config import Config, CpuSchedulingPolicy, DaemonConfig, cache_dir, load_config
-from streamer.cpu_scheduling import PolicyChange, apply_cpu_scheduling_policy
+from streamer.config import Config, DaemonConfig, cache_dir, load_config
+from streamer.cpu_scheduling import apply_cpu_scheduling_policy, log_policy_change
 from streamer.daemon import EXIT_FATAL, EXIT_OK, EXIT_USAGE, exit_daemon, run_daemon
 from streamer.errors import AssetError, ConfigError, ModelError, StreamerError
 from streamer.observability.logging import LogFormat, configure_logging, renders_json
@@ -72,32 +72,10 @@ def run(config_path: Path, log_level: str | None, log_format: str | None) -> Non
     daemon = config.daemon
     change = apply_cpu_scheduling_policy(daemon.cpu_scheduling_policy)  # before its threads
     configure_logging(log_level or daemon.log_level, log_format or daemon.log_format)  # type: ignore[arg-type]
-    _log_policy(daemon.cpu_scheduling_policy, change)
+    log_policy_change(daemon.cpu_scheduling_policy, change)
     with native_output_logged():
         code = run_daemon(config, config_path)
     exit_daemon(code)
-
-
-def _log_policy(policy: CpuSchedulingPolicy, change: PolicyChange) -> None:
-    """Say which CPU scheduling policy the daemon runs under: ``cpu_scheduling_policy`` (a
-    warning when it replaced one the daemon was started with other than ``other``: chrt, a
-    unit's ``CPUSchedulingPolicy=``), or ``cpu_scheduling_policy_not_set``."""
-    log = structlog.get_logger(__name__)
-    in_force = change.was if policy == "inherit" else policy
-    if change.not_set is not None:
-        log.warning(
-            "cpu_scheduling_policy_not_set", policy=policy, was=change.was, error=change.not_set
-        )
-    elif change.was in ("other", in_force):
-        log.info("cpu_scheduling_policy", policy=in_force, was=change.was)
-    elif change.was:  # empty: inherit where there are no policies
-        log.warning(
-            "cpu_scheduling_policy",
-            policy=policy,
-            was=change.was,
-            detail="replaces the policy the daemon was started with; "
-            'cpu_scheduling_policy = "inherit" keeps it',
-        )
 
 
 _START_READ_TIMEOUT_S = float(DaemonConfig.model_fields["reload_timeout_s"].default)

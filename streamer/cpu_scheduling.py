@@ -35,9 +35,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import structlog
+
 from streamer.config import CpuSchedulingPolicy
 
-__all__ = ["PolicyChange", "apply_cpu_scheduling_policy"]
+__all__ = ["PolicyChange", "apply_cpu_scheduling_policy", "log_policy_change"]
+
+_log = structlog.get_logger(__name__)
 
 _NAMES = {
     getattr(os, f"SCHED_{name.upper()}"): name
@@ -115,3 +119,25 @@ def _set_other_threads(
             except OSError as exc:
                 refused.append(f"thread {thread_id}: {exc}")
     return "; ".join(refused) or None
+
+
+def log_policy_change(policy: CpuSchedulingPolicy, change: PolicyChange) -> None:
+    """Say which CPU scheduling policy the daemon runs under: ``cpu_scheduling_policy`` (a
+    warning when it replaced one the daemon was started with other than ``other``: chrt, a
+    unit's ``CPUSchedulingPolicy=``), or ``cpu_scheduling_policy_not_set``; once logging is
+    configured, which :func:`apply_cpu_scheduling_policy` comes before (its threads)."""
+    in_force = change.was if policy == "inherit" else policy
+    if change.not_set is not None:
+        _log.warning(
+            "cpu_scheduling_policy_not_set", policy=policy, was=change.was, error=change.not_set
+        )
+    elif change.was in ("other", in_force):
+        _log.info("cpu_scheduling_policy", policy=in_force, was=change.was)
+    elif change.was:  # empty: inherit where there are no policies
+        _log.warning(
+            "cpu_scheduling_policy",
+            policy=policy,
+            was=change.was,
+            detail="replaces the policy the daemon was started with; "
+            'cpu_scheduling_policy = "inherit" keeps it',
+        )

@@ -109,15 +109,10 @@ class StageReport:
         """This report with its steps-alone figures (each stage's ``alone_cpu_ms``,
         ``work_cpu_ms``, ``overhead_cpu_ms``) from ``components``: the benchmark's cheapest
         round of each step, which the limit comes from too."""
-        alone = _alone_costs(components, self.mean_batch_size)
-        stages = tuple(replace(s, alone_cpu_ms=_round(alone.get(s.name))) for s in self.stages)
-        work_cpu = sum(alone.values())
-        return replace(
-            self,
-            stages=stages,
-            work_cpu_ms=_round(work_cpu),
-            overhead_cpu_ms=_round(self.daemon_cpu_ms - work_cpu),
+        stages, work_cpu, overhead = _steps_alone(
+            self.stages, self.daemon_cpu_ms, components, self.mean_batch_size
         )
+        return replace(self, stages=stages, work_cpu_ms=work_cpu, overhead_cpu_ms=overhead)
 
 
 def stage_report(
@@ -142,22 +137,35 @@ def stage_report(
     groups = _group_threads(thread_cpu_ns, thread_names)
     walls = _wall_spans(metrics)
     mean_batch = metrics.mean("streamer_batch_size")
-    alone = _alone_costs(components, mean_batch)
-    stages = tuple(
-        _stage(name, groups.get(name, []), walls.get(name), alone.get(name), frames, seconds)
+    measured = tuple(
+        _stage(name, groups.get(name, []), walls.get(name), frames, seconds)
         for name in _stage_order(groups)
     )
-    slowest, basis = _slowest(stages)
+    slowest, basis = _slowest(measured)
     cpu_s = _daemon_cpu_s(thread_cpu_ns, metrics)
-    work_cpu = sum(alone.values())
     daemon_cpu = cpu_s * 1000 / frames
+    stages, work_cpu, overhead = _steps_alone(measured, daemon_cpu, components, mean_batch)
     cores = cpu_s / seconds if seconds > 0 else None
     device = [ns for name in _DEVICE_STAGES for ns in groups.get(name, [])]
     host_cpu = daemon_cpu - sum(device) / 1e6 / frames if device else None
     return StageReport(
-        stages, slowest, basis, _round(mean_batch), _round(daemon_cpu), _round(work_cpu),
-        _round(daemon_cpu - work_cpu), _round(cores), _round(host_cpu),
+        stages, slowest, basis, _round(mean_batch), _round(daemon_cpu), work_cpu, overhead,
+        _round(cores), _round(host_cpu),
     )  # fmt: skip
+
+
+def _steps_alone(
+    stages: tuple[Stage, ...],
+    daemon_cpu_ms: float,
+    components: Components,
+    mean_batch: float | None,
+) -> tuple[tuple[Stage, ...], float, float]:
+    """``stages`` with each one's ``alone_cpu_ms`` from ``components``, the work alone
+    (CPU ms per frame) and the daemon's overhead over it."""
+    alone = _alone_costs(components, mean_batch)
+    work_cpu = sum(alone.values())
+    with_alone = tuple(replace(s, alone_cpu_ms=_round(alone.get(s.name))) for s in stages)
+    return with_alone, _round(work_cpu), _round(daemon_cpu_ms - work_cpu)
 
 
 def _daemon_cpu_s(thread_cpu_ns: Mapping[int, int], metrics: MetricsDelta) -> float:
@@ -224,19 +232,17 @@ def _stage(
     name: str,
     cpu_ns: list[int],
     wall: tuple[float | None, str] | None,
-    alone_ms: float | None,
     frames: int,
     seconds: float,
 ) -> Stage:
+    """One stage as measured; its ``alone_cpu_ms`` comes from :func:`_steps_alone`."""
     wall_ms, span = wall if wall is not None else (None, "no metric")
     if not cpu_ns:
-        return Stage(name, 0, None, None, _round(wall_ms), span, _round(alone_ms))
+        return Stage(name, 0, None, None, _round(wall_ms), span, None)
     total_ns = sum(cpu_ns)
     busy = total_ns / 1e9 / (seconds * len(cpu_ns)) * 100 if seconds > 0 else None
     cpu_ms = total_ns / 1e6 / frames
-    return Stage(
-        name, len(cpu_ns), _round(cpu_ms), _round(busy), _round(wall_ms), span, _round(alone_ms)
-    )
+    return Stage(name, len(cpu_ns), _round(cpu_ms), _round(busy), _round(wall_ms), span, None)
 
 
 def _slowest(stages: tuple[Stage, ...]) -> tuple[str, str]:
