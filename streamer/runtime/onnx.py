@@ -159,13 +159,25 @@ class OnnxBackend(Backend):
         parsed = parse_onnx_options(config.options)
         self._options = dict(config.options)
         self._operators = OnnxOperators(list(parsed.providers), parsed.intra_op_threads)
+        self._in_graph_said: set[tuple[str, InputNormalization]] = set()
 
     @classmethod
     def check_options(cls, config: RuntimeConfig) -> None:
         parse_onnx_options(config.options)
 
     def load(self, spec: ModelSpec) -> OnnxModel:
-        return OnnxModel(spec, open_session(spec, {**self._options, **spec.options}))
+        model = OnnxModel(spec, open_session(spec, {**self._options, **spec.options}))
+        self._say_in_graph(spec)
+        return model
+
+    def _say_in_graph(self, spec: ModelSpec) -> None:
+        """Log ``preprocess_in_graph`` once per model and normalisation, not per replica or
+        reload."""
+        norm = in_graph_normalization(spec.preprocess)
+        if norm is None or (spec.name, norm) in self._in_graph_said:
+            return
+        self._in_graph_said.add((spec.name, norm))
+        _log.info("preprocess_in_graph", model=spec.name, layout=norm.layout, swap_rb=norm.swap_rb)
 
     def operators(self) -> OnnxOperators:
         """NMS and top-k as single-node graphs, on the configured providers and threads."""
@@ -213,10 +225,13 @@ def _model_source(spec: ModelSpec) -> str | bytes:
     if norm is None:
         return str(spec.path)
     try:
-        model = prepend_normalization(onnx.load(str(spec.path)), norm)
-    except Exception as exc:  # onnx raises DecodeError, ValueError, OSError, …
+        graph = onnx.load(str(spec.path))
+    except Exception as exc:  # onnx raises DecodeError, OSError, …
+        raise ModelError(f"model {spec.name!r}: cannot load {spec.path}: {exc}") from exc
+    try:
+        model = prepend_normalization(graph, norm)
+    except Exception as exc:  # onnx raises ValueError, ValidationError, …
         raise ModelError(f"model {spec.name!r}: cannot compose preprocessing: {exc}") from exc
-    _log.info("preprocess_in_graph", model=spec.name, layout=norm.layout, swap_rb=norm.swap_rb)
     return model.SerializeToString()
 
 

@@ -6,9 +6,10 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from structlog.testing import capture_logs
 
 from streamer.cli import main
-from streamer.config import RuntimeConfig
+from streamer.config import PluginConfig, RuntimeConfig
 from streamer.errors import BackendError, ConfigError, EnqueueInterruptedError, ModelError
 from streamer.runtime import ModelSpec, open_backend
 from streamer.runtime.base import QueueModel
@@ -59,6 +60,22 @@ def test_missing_and_invalid_model_files(tmp_path: Path) -> None:
             backend.load(ModelSpec("face", junk))
         with pytest.raises(ModelError, match=f"cannot read {tmp_path}: Is a directory"):
             backend.load(ModelSpec("face", tmp_path))
+
+
+def test_in_graph_preprocessing_is_logged_once_per_model_and_normalisation(
+    short_range_model: Path,
+) -> None:
+    """Each replica and each reload loads the model again; the line says what the graph
+    does, once (it came twice at every start of the default config, two replicas)."""
+    letterbox = {"kind": "letterbox", "normalize": "model", "mean": 0.5, "std": 0.5}
+    spec = ModelSpec("face", short_range_model, preprocess=PluginConfig(**letterbox))
+    bgr = ModelSpec("face", short_range_model, preprocess=PluginConfig(**letterbox, color="bgr"))
+    with capture_logs() as logs, open_backend(RuntimeConfig()) as backend:
+        for each in (spec, spec, bgr, spec, ModelSpec("face", short_range_model)):
+            with backend.load(each) as model:
+                assert model.info.inputs[0].dtype == (np.uint8 if each.preprocess else np.float32)
+    said = [(e["model"], e["swap_rb"]) for e in logs if e["event"] == "preprocess_in_graph"]
+    assert said == [("face", True), ("face", False)]
 
 
 def second_enqueue(
