@@ -21,7 +21,9 @@ on ``backend = "acl-sim"``:
 - **Input format** (``--input_format``): a letterbox's ``layout``; ``NHWC`` for MTCNN's nets.
 - **AIPP** (``--insert_op_conf``): with ``normalize = "device"`` on a letterbox or an MTCNN
   stage, its ``aipp_op`` (:func:`~streamer.vision.aipp.model_aipp`): static, or dynamic with
-  ``aipp = "dynamic"``, sized for the largest batch laid out.
+  ``aipp = "dynamic"``, sized for the largest batch laid out. ``normalize = "model"``
+  (onnxruntime's in-graph rewrite, which ACL refuses) becomes what ATC builds for it: static
+  AIPP, ``normalize = "device"``.
 
 Any other free dim (an input size only ATC's user knows) is an error: build that model with
 ATC, or write its manifest by hand (docs/ascend.md section 4).
@@ -37,7 +39,7 @@ from typing import Any, Literal, cast
 
 import onnx
 
-from streamer.config import BatchConfig, Config, ModelConfig, RuntimeConfig
+from streamer.config import BatchConfig, Config, ModelConfig, PluginConfig, RuntimeConfig
 from streamer.errors import ConfigError
 from streamer.model_stages import check_plug_in_params
 from streamer.runtime.acl.sim.manifest import manifest_path, onnx_path
@@ -96,6 +98,7 @@ def sim_layout(
     stages: dict[str, ModelConfig] = {}
     for stage in config.chain():
         check_plug_in_params(config, stage)
+        stage = _in_model_on_device(stage)
         stage_mode = mode or stage.mode
         batches[stage.name] = _batch(stage, stage_mode, batch_sizes, batches)
         om = _lay_out(config, stage, batches[stage.name], folder)
@@ -239,6 +242,25 @@ def _check_static(stage: ModelConfig, shapes: dict[str, Dims]) -> None:
             f"models {stage.name!r}: dims {free} of its ONNX inputs are free and only batch "
             "gears are laid out; build it with ATC, or write its manifest (docs/ascend.md)"
         )
+
+
+def _in_model_on_device(stage: ModelConfig) -> ModelConfig:
+    """``stage`` with ``normalize = "model"`` on its letterbox or MTCNN table turned into
+    ``"device"`` with static AIPP: the normalisation composed into the ``.om`` by ATC, as
+    onnxruntime composes it into the graph."""
+    if (keys := letterbox_keys(stage.preprocess)) is not None and keys.normalize == "model":
+        return stage.model_copy(update={"preprocess": _on_device(stage.preprocess, aipp=True)})
+    if (mtcnn := mtcnn_keys(stage.postprocess)) is not None and mtcnn.normalize == "model":
+        return stage.model_copy(update={"postprocess": _on_device(stage.postprocess, aipp=False)})
+    return stage
+
+
+def _on_device(table: PluginConfig | None, *, aipp: bool) -> PluginConfig:
+    """A plug-in table with ``normalize = "device"`` (and ``aipp = "static"`` where it has
+    that key)."""
+    assert table is not None
+    device = {"normalize": "device", **({"aipp": "static"} if aipp else {})}
+    return PluginConfig(kind=table.kind, **{**table.params(), **device})
 
 
 def _input_format(stage: ModelConfig) -> tuple[str | None, bool]:

@@ -182,7 +182,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_check_prints_the_model_and_opens_no_socket(assets: dict[str, Path]) -> None:
     result = run_cli("check", "--config", str(ROOT / "configs" / "default.toml"))
     assert result.returncode == 0, result.stderr
-    assert "input input: [-1, 3, 128, 128] float32" in result.stdout
+    # normalize = "model": the graph takes the letterboxed uint8 pixels, NHWC
+    assert "input input: [-1, 128, 128, 3] uint8" in result.stdout
     assert "output regressors: [-1, 896, 16] float32" in result.stdout
 
 

@@ -304,6 +304,7 @@ def test_check_reports_a_failed_release_in_one_line(
 
     def on_sim(text: str) -> str:
         text = text.replace('backend = "onnxruntime"', 'backend = "acl-sim"')
+        text = text.replace('normalize = "model"', 'normalize = "host"')  # ACL: host or AIPP
         text = text.replace('asset = "blazeface_short_range"', f'path = "{settings["model_path"]}"')
         text = text.replace("intra_op_threads = 1", "")
         return text + '\n[runtime.options.sim]\nfail_calls = {"acl.mdl.unload" = 107000}\n'

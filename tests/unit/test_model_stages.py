@@ -74,11 +74,11 @@ def test_a_tensor_stage_cannot_be_an_item_stage(backend: Backend, tmp_path: Path
 def test_plug_in_parameters_are_checked_before_a_model_loads(
     backend: Backend, tmp_path: Path
 ) -> None:
-    """The backend reads the letterbox's normalisation keys while loading (into the graph
-    here); a bad one is reported by the plug-in, naming the stage, as for any other key."""
+    """The backend reads the letterbox's normalisation keys while loading (into the graph,
+    the default config's normalize = "model"); a bad one is reported by the plug-in, naming
+    the stage, as for any other key."""
     text = (ROOT / "configs" / "default.toml").read_text()
     text = text.replace("mean = [0.5, 0.5, 0.5]", 'mean = ["0.5", 0.5, 0.5]')
-    text = text.replace('normalize = "host"', 'normalize = "model"')
     path = tmp_path / "default.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=r"models\[0\]\.preprocess: invalid parameters"):

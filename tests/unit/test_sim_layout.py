@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from streamer.cli import main
-from streamer.config import Config, load_config
+from streamer.config import Config, PluginConfig, load_config
 from streamer.config_writer import write_config
 from streamer.errors import ConfigError
 from streamer.model_stages import load_chain
@@ -24,6 +24,7 @@ from streamer.vision.mtcnn import pnet_gears
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p.name for p in (ROOT / "configs").glob("*.toml"))
+HOST, IN_MODEL, ON_DEVICE = (f'normalize = "{where}"' for where in ("host", "model", "device"))
 
 
 def shipped(name: str, folder: Path, edit: dict[str, str] | None = None) -> Config:
@@ -43,6 +44,15 @@ def manifest(config: Config, stage: str) -> dict[str, Any]:
     assert path is not None and path.is_absolute() and path.suffix == ".om"
     result: dict[str, Any] = json.loads(path.with_suffix(".acl.json").read_text())
     return result
+
+
+def laid_out_table(table: PluginConfig | None) -> PluginConfig | None:
+    """What the layout makes of a plug-in table: ``normalize = "model"`` (onnxruntime's
+    in-graph rewrite) becomes ATC's counterpart, static AIPP; any other table is kept."""
+    if table is None or table.params().get("normalize") != "model":
+        return table
+    aipp = {"aipp": "static"} if table.kind == "letterbox" else {}
+    return PluginConfig(kind=table.kind, **{**table.params(), "normalize": "device", **aipp})
 
 
 def load_on_simulator(config: Config) -> list[str]:
@@ -67,14 +77,19 @@ def test_every_shipped_config_loads_on_the_simulator_once_laid_out(
         assert (
             after.path.with_suffix(".onnx").read_bytes() == original.model_path(before).read_bytes()
         )
-        assert after.model_copy(update={"path": None, "asset": before.asset}) == before
+        tables = {
+            "preprocess": laid_out_table(before.preprocess),
+            "postprocess": laid_out_table(before.postprocess),
+        }
+        expected = before.model_copy(update=tables)
+        assert after.model_copy(update={"path": None, "asset": before.asset}) == expected
     assert load_on_simulator(laid_out) == [m.name for m in laid_out.chain()]
 
 
 def test_a_letterbox_model_gets_the_batch_gears_of_its_batch_table(
     tmp_path: Path, assets: dict[str, Path]
 ) -> None:
-    default = load_config(ROOT / "configs" / "default.toml")
+    default = shipped("default.toml", tmp_path, {IN_MODEL: HOST})  # no AIPP in the manifest
     expected = {"input_shape": {"input": [-1, 3, 128, 128]}, "input_format": "NCHW"}
     powers = sim_layout(default, tmp_path / "powers")
     assert manifest(powers, "face") == {**expected, "dynamic_batch_size": [1, 2, 4, 8]}
@@ -143,8 +158,8 @@ def test_mtcnn_s_nets_are_nhwc_and_p_net_runs_its_pyramid_as_resolution_gears(
 def test_device_side_normalisation_gets_the_stage_s_aipp(
     tmp_path: Path, assets: dict[str, Path]
 ) -> None:
-    device = {'normalize = "host"': 'normalize = "device"'}
-    mtcnn = sim_layout(shipped("mtcnn.toml", tmp_path, device), tmp_path / "mtcnn")
+    device = {IN_MODEL: ON_DEVICE}
+    mtcnn = sim_layout(shipped("mtcnn.toml", tmp_path, {HOST: ON_DEVICE}), tmp_path / "mtcnn")
     sizes = {
         net: manifest(mtcnn, net)["aipp"]["src_image_size_w"] for net in ("pnet", "rnet", "onet")
     }
@@ -162,6 +177,37 @@ def test_device_side_normalisation_gets_the_stage_s_aipp(
     aipp = manifest(laid_out, "face")["aipp"]
     assert aipp["aipp_mode"] == "dynamic" and aipp["max_src_image_size"] == 16 * 128 * 128 * 3
     assert load_on_simulator(laid_out) == ["face"]
+
+
+@pytest.mark.parametrize(
+    ("name", "to_model", "to_device"),
+    [
+        ("default.toml", {}, {IN_MODEL: ON_DEVICE}),
+        ("mtcnn.toml", {HOST: IN_MODEL}, {HOST: ON_DEVICE}),
+    ],
+)
+def test_normalisation_in_the_model_is_laid_out_as_static_aipp(
+    name: str,
+    to_model: dict[str, str],
+    to_device: dict[str, str],
+    tmp_path: Path,
+    assets: dict[str, Path],
+) -> None:
+    """onnxruntime composes ``normalize = "model"`` into the graph and ACL refuses it; the
+    layout gives the ``.om`` what ATC builds for it, static AIPP, exactly as for the same
+    config saying ``normalize = "device"`` (the shipped default says "model")."""
+    laid_out = []
+    for edit in (to_model, to_device):
+        folder = tmp_path / str(len(laid_out))
+        folder.mkdir()
+        laid_out.append(sim_layout(shipped(name, folder, edit), folder / "layout"))
+    from_model, from_device = laid_out
+    for stage in from_model.chain():
+        assert "aipp" in manifest(from_model, stage.name)
+        assert manifest(from_model, stage.name) == manifest(from_device, stage.name)
+    for model, device in zip(from_model.models, from_device.models, strict=True):
+        assert model.model_copy(update={"path": None}) == device.model_copy(update={"path": None})
+    assert load_on_simulator(from_model) == [stage.name for stage in from_model.chain()]
 
 
 def test_queue_mode_with_configured_gears_lays_out_a_config_that_loads(
@@ -189,7 +235,7 @@ def test_what_cannot_be_laid_out_is_a_config_error(tmp_path: Path, assets: dict[
     )
     with pytest.raises(ConfigError, match=r"dims \[\('input_1', 1\), \('input_1', 2\)\] .* free"):
         sim_layout(free, tmp_path / "free")
-    device = {'normalize = "host"': 'normalize = "device"'}
+    device = {IN_MODEL: ON_DEVICE}
     pad = shipped("default.toml", tmp_path, {**device, "pad_value = 0": 'pad_value = "0"'})
     with pytest.raises(
         ConfigError, match=re.escape("models[0].preprocess.pad_value: Input should be")
