@@ -172,11 +172,11 @@ def _totals(report: StageReport) -> Iterator[str]:
     )
 
 
-def _host_cpu(host_side: StageReport, device_side: StageReport) -> str:
+def _host_cpu(daemon: StageReport, device_side: StageReport) -> str:
     return (
-        "  host CPU per frame outside the model's threads: pre/post-processing on the host "
-        f"{_cell(host_side.host_cpu_ms, 0, 3)} ms, moved to the model/device "
-        f"{_cell(device_side.host_cpu_ms, 0, 3)} ms ({DEVICE_SIDE})"
+        f"  host CPU per frame outside the model's threads: {DAEMON} (as configured) "
+        f"{_cell(daemon.host_cpu_ms, 0, 3)} ms, {DEVICE_SIDE} (normalisation and NMS off "
+        f"the host) {_cell(device_side.host_cpu_ms, 0, 3)} ms"
     )
 
 
