@@ -9,7 +9,9 @@ or more sources, each on its own connection. A run's throughput is its frames wi
 send (the ``ts`` its header carried), as a producer would see it, and the daemon's own
 ``latency_ms.total`` (receive → sent) is kept beside it. ``/metrics`` and the CPU time of
 every daemon thread are read before and after each run, and their differences become the
-run's :class:`~streamer.bench.stages.StageReport`.
+run's :class:`~streamer.bench.stages.StageReport`. The machine's idle CPU time, read by the
+producer just before its first send and here once the last result is in (up to 20 ms late),
+gives the cores the run left idle (``RunResult.idle_cores``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from streamer.bench.capture import ResultCapture
 from streamer.bench.child import Child, python_module
 from streamer.bench.components import Components
 from streamer.bench.frameset import FrameSet
+from streamer.bench.machine import idle_cores, machine_idle_s
 from streamer.bench.profile import Profile, Profiler
 from streamer.bench.scrape import MetricsDelta, scrape
 from streamer.bench.stages import StageReport, stage_report
@@ -208,6 +211,9 @@ class DaemonUnderTest:
         profiler = Profiler(pid, profile_path) if profile_path is not None else None
         report = _run_producer(self._ports.ingress_endpoint, frames_path, load, sources)
         self._wait_results(sources, load.count + len(sources))
+        idle = idle_cores(
+            report["first_send_idle_s"], machine_idle_s(), time.time() - report["first_send"]
+        )
         profile = _stop_profiler(profiler)
         after = _Probe.take(pid, url)
         parsed = _Parsed.of(self._capture.take(sources), report["first_send"])
@@ -222,7 +228,7 @@ class DaemonUnderTest:
         run = RunResult.of(
             load.mode, parsed.frames, parsed.seconds, parsed.latencies_ms, parsed.failed
         )
-        return run, self._detail(load, parsed, report, stages, profile)
+        return replace(run, idle_cores=idle), self._detail(load, parsed, report, stages, profile)
 
     def _detail(
         self,

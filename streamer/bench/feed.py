@@ -24,6 +24,7 @@ import click
 import zmq
 
 from streamer.bench.frameset import FrameSet
+from streamer.bench.machine import machine_idle_s
 from streamer.clients.producer import Pacer
 from streamer.transport.protocol import encode_eos
 
@@ -50,13 +51,16 @@ def push(
 ) -> None:
     """Send COUNT frames over one PUSH socket per source, then end-of-stream for each.
 
-    Prints ``{"sent", "first_send", "last_send", "cpu_s"}``: frames sent, the wall-clock
-    times (Unix s) of the first and the last send, and the CPU seconds of the sending.
+    Prints ``{"sent", "first_send", "last_send", "cpu_s", "first_send_idle_s"}``: frames
+    sent, the wall-clock times (Unix s) of the first and the last send, the CPU seconds of
+    the sending, and the machine's idle CPU seconds since boot just before the first send
+    (:func:`~streamer.bench.machine.machine_idle_s`; -1.0 where unreadable).
     """
     frames = FrameSet.load(frames_path)
     context: zmq.Context[Any] = zmq.Context()
     sockets = [_push_socket(context, endpoint) for _ in sources]
     cpu_s = time.process_time()
+    idle_s = machine_idle_s()
     first, last = _send_frames(frames, sockets, sources, count, Pacer(rate or None))
     cpu_s = time.process_time() - cpu_s
     for turn, socket in enumerate(sockets):
@@ -64,7 +68,13 @@ def push(
         socket.send_multipart(encode_eos(sources[turn], max(sent - 1, 0)))
         socket.close()
     context.term()
-    report = {"sent": count, "first_send": first, "last_send": last, "cpu_s": cpu_s}
+    report = {
+        "sent": count,
+        "first_send": first,
+        "last_send": last,
+        "cpu_s": cpu_s,
+        "first_send_idle_s": idle_s,
+    }
     click.echo(json.dumps(report))
 
 

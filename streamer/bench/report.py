@@ -93,7 +93,8 @@ def format_report(report: BenchReport) -> str:
 
 _NOTE = (
     "each mode: the best of its rounds (the fastest; for a paced run, the lowest p99); "
-    "others = CPU cores other processes used during it"
+    "others = CPU cores other processes used during it; idle = CPU cores left idle while a "
+    "daemon had frames"
 )
 
 
@@ -109,7 +110,7 @@ def _modes(item: InputReport) -> list[str]:
     header = f"{item.name} ({item.width}x{item.height} {item.encoding})"
     lines = [
         f"{header:54} {'frames/s':>9} {'x limit':>7} {'p50 ms':>8} {'p95 ms':>8} "
-        f"{'p99 ms':>8} {'others':>6}"
+        f"{'p99 ms':>8} {'others':>6} {'idle':>5}"
     ]
     lines.append(_mode_line(f"limit (batch {item.limit.batch_size})", item.limit.fps, item.limit))
     for mode, run in item.runs.items():
@@ -133,8 +134,10 @@ def _mode_line(label: str, fps: float, limit: Limit, run: RunResult | None = Non
     if run is None:
         return line
     latency = run.latency
-    cells = (latency.p50_ms, latency.p95_ms, latency.p99_ms) if latency else (None,) * 3
-    return line + "".join(f" {_cell(v, 8, 2)}" for v in cells) + f" {_cell(run.others_cores, 6, 2)}"
+    percentiles = (latency.p50_ms, latency.p95_ms, latency.p99_ms) if latency else (None,) * 3
+    cells: tuple[float | None, ...] = (*percentiles, run.others_cores, run.idle_cores)
+    widths = (8, 8, 8, 6, 5)
+    return line + "".join(f" {_cell(v, width, 2)}" for v, width in zip(cells, widths, strict=True))
 
 
 def _components(components: Components) -> list[str]:

@@ -50,6 +50,8 @@ class RunResult:
         latency: per frame, from sending (or starting) it to its result; None if unmeasured.
         failed: frames that came back as error results (not counted in ``frames``).
         others_cores: CPU cores other processes used meanwhile (:mod:`.machine`).
+        idle_cores: CPU cores the machine left idle from the first frame sent to the last
+            result (:mod:`.machine`); daemon runs only, None for the others.
         rounds_fps: ``fps`` of every round of this mode (this result is the best round).
     """
 
@@ -60,6 +62,7 @@ class RunResult:
     latency: Latency | None
     failed: int = 0
     others_cores: float | None = None
+    idle_cores: float | None = None
     rounds_fps: tuple[float, ...] = ()
 
     @classmethod

@@ -39,6 +39,10 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
         for mode, run in item["runs"].items():
             assert 0 < run["frames"] <= FRAMES and run["failed"] == 0, (item["name"], mode, run)
             assert run["latency"]["p99_ms"] >= run["latency"]["p50_ms"] > 0
+            if mode.startswith("daemon"):  # idle while it had frames; 10 ms ticks
+                assert 0 <= run["idle_cores"] <= report["settings"]["cores"] + 1, (mode, run)
+            else:
+                assert run["idle_cores"] is None, (mode, run)
         assert set(item["components"]) == STEPS
         assert set(item["components"]["inference"]) == {"1", "2", "4", "8", "16"}
         assert item["limit"]["fps"] > 0 and item["limit"]["cores"] >= 1
@@ -58,6 +62,7 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
     assert report["targets"] and report["max_size"]["fastest"] in (1, 2, 4, 8, 16)
     assert report["settings"]["daemon_cpu_scheduling_policy"] == "batch"
     assert "daemon / limit" in done.stdout and "slowest stage" in done.stdout
+    assert "others  idle" in done.stdout  # the table's last two columns
     assert "host CPU per frame" in done.stdout
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "no plot will be drawn" not in done.stdout
