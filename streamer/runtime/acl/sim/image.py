@@ -243,6 +243,12 @@ def _with_aipp(
     layout: Literal["NCHW", "NHWC"] = "NHWC" if manifest.input_format == "NHWC" else "NCHW"
     ((name, shape),) = dims.items()
     nhwc = shape if layout == "NHWC" else (shape[0], shape[2], shape[3], shape[1])
+    _require(
+        len(shape) == 4 and nhwc[3] == 3,
+        f"aipp: input {name!r} of shape {list(shape)} read as {layout} (input_format) has "
+        f"{nhwc[3] if len(shape) == 4 else '?'} channels; AIPP's images have 3, so "
+        "input_format must name the model's layout",
+    )
     original = onnx.load(str(onnx_file))
     if isinstance(aipp, StaticAipp):
         _check_static_aipp(aipp, name, nhwc)

@@ -106,6 +106,20 @@ def test_broken_rule_is_a_load_error_naming_it(
         load_image(image_model(tmp_path, manifest))
 
 
+DYNAMIC_AIPP = {"aipp_mode": "dynamic", "related_input_rank": 0, "max_src_image_size": 49152}
+
+
+@pytest.mark.parametrize("aipp", [AIPP.model_dump(), DYNAMIC_AIPP], ids=["static", "dynamic"])
+def test_an_input_format_that_is_not_the_model_s_layout_is_a_load_error(
+    tmp_path: Path, aipp: dict[str, Any]
+) -> None:
+    """NHWC named for an NCHW model puts 128 where AIPP's 3 channels go: it failed deep in
+    the graph rewrite with a bare ValueError (a traceback from ``streamer check``)."""
+    manifest = {"input_shape": {"x": [1, 3, 128, 128]}, "input_format": "NHWC", "aipp": aipp}
+    with pytest.raises(ManifestError, match=r"has 128 channels; AIPP's images have 3"):
+        load_image(image_model(tmp_path, manifest))
+
+
 def test_rules_allow_static_aipp_with_batch_gears() -> None:
     check_aipp_build(AIPP.model_copy(update={"src_image_size_w": 8}), "batch")
     with pytest.raises(AippRuleError, match="dynamic dims"):
