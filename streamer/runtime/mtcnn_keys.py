@@ -81,5 +81,7 @@ def refuse_in_graph(table: PluginConfig | None) -> None:
     if keys is not None and keys.normalize == "model":
         raise ConfigError(
             'postprocess.normalize: "model" is the onnxruntime backend\'s in-graph rewrite; an '
-            '.om normalises on the device with static AIPP and normalize = "device"'
+            '.om normalises on the device with static AIPP and normalize = "device"; for the '
+            "simulator, `streamer models sim-layout` lays the models out and writes the config "
+            "that runs them"
         )

@@ -431,7 +431,9 @@ def _refuse_in_graph(spec: ModelSpec) -> None:
         raise ConfigError(
             f'model {spec.name!r}: preprocess.normalize: "model" is the onnxruntime backend\'s '
             'in-graph rewrite and ACL cannot rewrite an .om; use normalize = "device", which '
-            'normalises with AIPP (static, or aipp = "dynamic")'
+            'normalises with AIPP (static, or aipp = "dynamic") built into the .om by ATC; for '
+            "the simulator, `streamer models sim-layout` lays the models out and writes the "
+            "config that runs them"
         )
 
 

@@ -198,5 +198,6 @@ def test_the_in_graph_rewrite_is_refused(
     spec = ModelSpec(
         "face", short_range_model, preprocess=PluginConfig(kind=kind, normalize="model")
     )
-    with pytest.raises(ConfigError, match='normalize: "model" is the onnxruntime backend'):
+    with pytest.raises(ConfigError, match='normalize: "model" is the onnxruntime backend') as e:
         backend.load(spec)
+    assert "`streamer models sim-layout` lays the models out" in str(e.value)
