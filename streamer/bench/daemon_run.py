@@ -9,9 +9,10 @@ or more sources, each on its own connection. A run's throughput is its frames wi
 send (the ``ts`` its header carried), as a producer would see it, and the daemon's own
 ``latency_ms.total`` (receive → sent) is kept beside it. ``/metrics`` and the CPU time of
 every daemon thread are read before and after each run, and their differences become the
-run's :class:`~streamer.bench.stages.StageReport`. The machine's idle CPU time, read by the
-producer just before its first send and here once the last result is in (up to 20 ms late),
-gives the cores the run left idle (``RunResult.idle_cores``).
+run's :class:`~streamer.bench.stages.StageReport`. For an unpaced run, the machine's idle
+CPU time, read by the producer just before its first send and here once the last result is
+in (up to 5 ms late, against runs of a second or more), gives the cores the run left idle
+(``RunResult.idle_cores``); a paced run leaves cores idle by design and reports none.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = ["DaemonDetail", "DaemonUnderTest", "Load"]
 _READY_TIMEOUT_S = 120.0
 _PRODUCER_TIMEOUT_S = 3600.0
 _RESULT_IDLE_S = 15.0
+_RESULT_POLL_S = 0.005  # how often the wait for the last result looks: the idle reading's lateness
 _WARMUP_BATCHES = 4
 _WARMUP_SINGLES = 4
 _PROBES = 100
@@ -211,9 +213,7 @@ class DaemonUnderTest:
         profiler = Profiler(pid, profile_path) if profile_path is not None else None
         report = _run_producer(self._ports.ingress_endpoint, frames_path, load, sources)
         self._wait_results(sources, load.count + len(sources))
-        idle = idle_cores(
-            report["first_send_idle_s"], machine_idle_s(), time.time() - report["first_send"]
-        )
+        idle = None if load.rate_fps else _idle_since_first_send(report)
         profile = _stop_profiler(profiler)
         after = _Probe.take(pid, url)
         parsed = _Parsed.of(self._capture.take(sources), report["first_send"])
@@ -257,7 +257,15 @@ class DaemonUnderTest:
                 seen, idle_since = count, time.monotonic()
             elif time.monotonic() - idle_since > _RESULT_IDLE_S:
                 return
-            time.sleep(0.02)
+            time.sleep(_RESULT_POLL_S)
+
+
+def _idle_since_first_send(report: dict[str, Any]) -> float | None:
+    """Cores the machine left idle from the producer's first send (its ``first_send`` and
+    ``first_send_idle_s``) to now."""
+    return idle_cores(
+        report["first_send_idle_s"], machine_idle_s(), time.time() - report["first_send"]
+    )
 
 
 def _run_producer(

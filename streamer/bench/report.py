@@ -93,8 +93,8 @@ def format_report(report: BenchReport) -> str:
 
 _NOTE = (
     "each mode: the best of its rounds (the fastest; for a paced run, the lowest p99); "
-    "others = CPU cores other processes used during it; idle = CPU cores left idle while a "
-    "daemon had frames"
+    "others = CPU cores other processes used during it; idle = CPU cores left idle from an "
+    "unpaced daemon run's first frame sent to its last result"
 )
 
 

@@ -51,7 +51,7 @@ class RunResult:
         failed: frames that came back as error results (not counted in ``frames``).
         others_cores: CPU cores other processes used meanwhile (:mod:`.machine`).
         idle_cores: CPU cores the machine left idle from the first frame sent to the last
-            result (:mod:`.machine`); daemon runs only, None for the others.
+            result (:mod:`.machine`); unpaced daemon runs only, None for the others.
         rounds_fps: ``fps`` of every round of this mode (this result is the best round).
     """
 
