@@ -1,5 +1,5 @@
 """How much CPU other processes took while a mode ran (the disturbance of a measurement),
-and how much of the machine a daemon run left idle.
+and how much of the machine an unpaced daemon run left idle.
 
 The machine's busy time (``/proc/stat``: everything but idle and iowait) less the CPU time of
 the benchmark's own processes (this one, its finished children such as producers, and live
@@ -8,9 +8,9 @@ for a quiet machine before each run (:func:`wait_until_quiet`) and reports, for 
 what other processes took meanwhile (load from other virtual machines on the same host is
 not visible here; it shows only as rounds of one mode that differ).
 
-A daemon run also reports the idle and iowait time of all CPUs from its first frame sent to
-its last result, in cores (:func:`idle_cores`): what the daemon and its producer left unused
-while there was work.
+An unpaced daemon run also reports the idle and iowait time of all CPUs from its first frame
+sent to its last result, in cores (:func:`idle_cores`): what the daemon and its producer left
+unused while there was work.
 """
 
 from __future__ import annotations
