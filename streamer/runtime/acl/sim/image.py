@@ -242,12 +242,13 @@ def _with_aipp(
     _require(len(dims) == 1 and aipp.related_input_rank == 0, "aipp: one data input only")
     layout: Literal["NCHW", "NHWC"] = "NHWC" if manifest.input_format == "NHWC" else "NCHW"
     ((name, shape),) = dims.items()
+    _require(len(shape) == 4, f"aipp: input {name!r} of shape {list(shape)} is not an image")
     nhwc = shape if layout == "NHWC" else (shape[0], shape[2], shape[3], shape[1])
     _require(
-        len(shape) == 4 and nhwc[3] == 3,
+        nhwc[3] == 3,
         f"aipp: input {name!r} of shape {list(shape)} read as {layout} (input_format) has "
-        f"{nhwc[3] if len(shape) == 4 else '?'} channels; AIPP's images have 3, so "
-        "input_format must name the model's layout",
+        f"{nhwc[3]} channels; AIPP's images have 3, so input_format must name the model's "
+        "layout",
     )
     original = onnx.load(str(onnx_file))
     if isinstance(aipp, StaticAipp):
