@@ -32,7 +32,11 @@ leaves unbounded, are checked against the outputs above when the options are rea
 Threads and streams: ``acl.op.execute_v2`` must not be given one stream from several threads,
 nor the default stream (``acl.op.execute_v2`` page, constraints), so every calling thread gets
 its own stream, created in its current context on first use (a dequeue thread has its model's
-context current) and destroyed, in that context, by :meth:`AclOperators.close`.
+context current). A stream outlives its thread until the next stream is created, which first
+destroys, each in its own context, the streams of threads that have ended: every reload starts
+new dequeue threads, and streams are a bounded device resource (``aclrtCreateStream`` fails once
+a device's are used up), so keeping them to the close leaked two or more a reload.
+:meth:`AclOperators.close` destroys the rest.
 
 On a real device the three operators must be available to ``execute_v2``: built into the
 operator library's dynamic-shape kernels or compiled beforehand (ATC ``--singleop``).
@@ -41,7 +45,9 @@ operator library's dynamic-shape kernels or compiled beforehand (ATC ``--singleo
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -141,7 +147,8 @@ class AclOperators(Operators):
         }
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._streams: list[tuple[int, int]] = []
+        self._streams: list[_ThreadStream] = []
+        self._unreleased: list[_ThreadStream] = []  # a destroy failed; tried again at close
         self._closed = False
 
     def nms(
@@ -219,11 +226,12 @@ class AclOperators(Operators):
             if self._closed:
                 return
             self._closed = True
-            streams, self._streams = self._streams, []
+            streams, self._streams = [*self._unreleased, *self._streams], []
+            self._unreleased = []
         teardown = Teardown()
-        for context, stream in streams:
-            teardown.push("acl.rt.destroy_stream", self._acl.rt.destroy_stream, stream)
-            teardown.push("acl.rt.set_context", self._acl.rt.set_context, context)
+        for entry in streams:
+            teardown.push("acl.rt.destroy_stream", self._acl.rt.destroy_stream, entry.stream)
+            teardown.push("acl.rt.set_context", self._acl.rt.set_context, entry.context)
         teardown.close()
 
     def _execute(
@@ -273,12 +281,51 @@ class AclOperators(Operators):
         with self._lock:
             if self._closed:
                 raise FrameError(Reason.POSTPROCESS_FAILED, "the ACL operators are closed")
+            self._release_ended(context)
             stream, ret = self._acl.rt.create_stream()
             check_ret(ret, "acl.rt.create_stream")
-            self._streams.append((int(context), int(stream)))
+            owner = weakref.ref(threading.current_thread())
+            self._streams.append(_ThreadStream(owner, int(context), int(stream)))
         streams[context] = int(stream)
         _log.info("acl_operator_stream_created", thread=threading.current_thread().name)
         return int(stream)
+
+    def _release_ended(self, context: int) -> None:
+        """Destroy the streams of threads that have ended, each in its own context, then make
+        ``context`` (the calling thread's) current again. A stream that cannot be destroyed is
+        logged and tried again at :meth:`close`. Called with the lock held.
+
+        Raises:
+            AclError: ``context`` could not be made current again.
+        """
+        ended = [entry for entry in self._streams if not entry.owner_alive()]
+        if not ended:
+            return
+        self._streams = [entry for entry in self._streams if entry.owner_alive()]
+        released = 0
+        for entry in ended:
+            try:
+                check_ret(self._acl.rt.set_context(entry.context), "acl.rt.set_context")
+                check_ret(self._acl.rt.destroy_stream(entry.stream), "acl.rt.destroy_stream")
+                released += 1
+            except AclError as exc:
+                self._unreleased.append(entry)
+                _log.error("acl_operator_stream_release_failed", error=str(exc))
+        _log.info("acl_operator_streams_released", streams=released, of_ended_threads=len(ended))
+        check_ret(self._acl.rt.set_context(context), "acl.rt.set_context")
+
+
+@dataclass(frozen=True)
+class _ThreadStream:
+    """A stream made for one thread, in ``context``."""
+
+    owner: weakref.ref[threading.Thread]
+    context: int
+    stream: int
+
+    def owner_alive(self) -> bool:
+        thread = self.owner()
+        return thread is not None and thread.is_alive()
 
 
 def _operand(x: Tensor, dims: tuple[int, ...]) -> Operand:

@@ -7,6 +7,7 @@ output is released exactly once, also when an operator fails."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from acl_testing import GEARS, MakeBackend, MakeModel, Reference, calls, rules
+from structlog.testing import capture_logs
 
 from streamer.config import Config, PluginConfig
 from streamer.errors import BackendError, ConfigError, FrameError
@@ -216,6 +218,66 @@ def test_the_stage_releases_the_outputs_after_its_postprocessor(
     finally:
         stage.close()
     assert rules(sim) == []
+
+
+def test_streams_of_ended_threads_are_released(
+    make_backend: MakeBackend, make_model: MakeModel
+) -> None:
+    """Each thread that runs an operator gets a stream of its own; once the thread has ended,
+    its stream is destroyed as the next one is made. A reload starts new dequeue threads:
+    keeping every stream to the close leaked two a reload of a device's bounded streams."""
+    backend = make_backend(devices=(0, 1))
+    sim = backend.simulator
+    (stage,) = load_chain(backend, operator_nms_config(face_model(make_model, "async")))
+    operators = backend.operators()
+    at_load = len(sim.live_resources()["streams"])  # the models' and the load check's
+    try:
+        for _ in range(5):
+            assert run_top_k_on_a_thread(stage.model, operators) == [[7.0, 6.0]]
+        assert len(sim.live_resources()["streams"]) == at_load + 1  # the last thread's
+    finally:
+        stage.close()
+    assert rules(sim) == []
+
+
+def test_a_stream_that_cannot_be_destroyed_waits_for_the_close(
+    make_backend: MakeBackend, make_model: MakeModel
+) -> None:
+    """A failed destroy of an ended thread's stream is logged, fails no frame, and is tried
+    again when the operators close (nothing is left allocated)."""
+    backend = make_backend(devices=(0, 1))
+    sim = backend.simulator
+    (stage,) = load_chain(backend, operator_nms_config(face_model(make_model, "async")))
+    operators = backend.operators()
+    try:
+        assert run_top_k_on_a_thread(stage.model, operators) == [[7.0, 6.0]]
+        sim.options.fail_calls["acl.rt.destroy_stream"] = 107002
+        with capture_logs() as logs:
+            assert run_top_k_on_a_thread(stage.model, operators) == [[7.0, 6.0]]
+        del sim.options.fail_calls["acl.rt.destroy_stream"]
+        events = [e["event"] for e in logs]
+        assert "acl_operator_stream_release_failed" in events
+        released = next(e for e in logs if e["event"] == "acl_operator_streams_released")
+        assert (released["streams"], released["of_ended_threads"]) == (0, 1)
+    finally:
+        stage.close()
+
+
+def run_top_k_on_a_thread(model: QueueModel, operators: Any) -> list[list[float]]:
+    """Top 2 of 0..7 from a new thread with the model's context, which then ends; its
+    values."""
+    found: list[Any] = []
+
+    def run() -> None:
+        model.attach_thread()
+        values, _ = operators.top_k(np.arange(8, dtype=np.float32)[None], 2)
+        found.append(values.tolist())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    assert found, "the operator failed on its thread"
+    return found[0]
 
 
 def operator_nms_config(model: Path) -> Config:
