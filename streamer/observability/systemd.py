@@ -12,6 +12,9 @@ name in the abstract namespace written with a leading ``@``), and with ``Watchdo
 
 Outside systemd (no ``NOTIFY_SOCKET``) every call is a no-op. A send that fails (the service
 manager went away) is logged once and never raised: notifications must not stop the daemon.
+Nor may a service manager that stops reading: once the socket's queue is full
+(``net.unix.max_dgram_qlen`` datagrams) a send waits at most :data:`SEND_TIMEOUT_S`, then that
+message is given up as a failed send, so the control loop goes on answering signals.
 (When ``NOTIFY_SOCKET`` names no socket, ``sdnotify`` leaves its own socket for the garbage
 collector to close, with a ``ResourceWarning``; that is the library's, and only on a
 misconfigured host.)
@@ -26,9 +29,12 @@ from collections.abc import Mapping
 import sdnotify  # type: ignore[import-untyped]  # no type hints shipped
 import structlog
 
-__all__ = ["Notifier", "watchdog_interval_s"]
+__all__ = ["SEND_TIMEOUT_S", "Notifier", "watchdog_interval_s"]
 
 _log = structlog.get_logger(__name__)
+
+SEND_TIMEOUT_S = 1.0
+"""The longest one notification waits for room on the socket (s)."""
 
 
 def watchdog_interval_s(environ: Mapping[str, str], pid: int) -> float | None:
@@ -75,10 +81,12 @@ class Notifier:
     @staticmethod
     def _connect() -> sdnotify.SystemdNotifier | None:
         try:
-            return sdnotify.SystemdNotifier(debug=True)
+            sender = sdnotify.SystemdNotifier(debug=True)
         except OSError as exc:
             _log.warning("systemd_notify_unavailable", error=str(exc))
             return None
+        sender.socket.settimeout(SEND_TIMEOUT_S)
+        return sender
 
     def ready(self) -> None:
         """``READY=1``: start-up (or a reload) is complete."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from streamer.observability.systemd import Notifier, watchdog_interval_s
+from streamer.observability.systemd import SEND_TIMEOUT_S, Notifier, watchdog_interval_s
 
 
 def test_watchdog_interval_follows_sd_watchdog_enabled() -> None:
@@ -108,3 +109,39 @@ def test_a_vanished_service_manager_is_logged_once_and_never_raises(
             notifier.watchdog()
     notifier.close()
     assert [e["event"] for e in logs] == ["systemd_notify_failed"]
+
+
+def test_a_service_manager_that_stops_reading_never_blocks_the_daemon(
+    receiver: socket.socket,
+) -> None:
+    """Once the socket's queue is full, each send gives up after SEND_TIMEOUT_S (logged once)
+    instead of blocking the control loop; sends resume once the manager reads again."""
+    notifier = Notifier()
+    queue_length = int(Path("/proc/sys/net/unix/max_dgram_qlen").read_text())
+    try:
+        with capture_logs() as logs:
+            for _ in range(queue_length + 1):  # fills the queue (small datagrams)
+                notifier.watchdog()
+            started = time.monotonic()
+            notifier.watchdog()
+            notifier.stopping()
+            waited_s = time.monotonic() - started
+            queued = drain(receiver)
+            notifier.ready()
+        assert receiver.recv(4096) == b"READY=1"
+    finally:
+        notifier.close()
+    assert waited_s < 4 * SEND_TIMEOUT_S + 1
+    assert set(queued) == {b"WATCHDOG=1"}  # the two sent on a full queue were given up
+    assert [e["event"] for e in logs] == ["systemd_notify_failed", "systemd_notify_restored"]
+
+
+def drain(receiver: socket.socket) -> list[bytes]:
+    """Every datagram queued on ``receiver``."""
+    receiver.settimeout(0.2)
+    queued = []
+    with contextlib.suppress(TimeoutError):
+        while True:
+            queued.append(receiver.recv(4096))
+    receiver.settimeout(5)
+    return queued
