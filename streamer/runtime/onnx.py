@@ -218,8 +218,10 @@ def _model_source(spec: ModelSpec) -> str | bytes:
     """The path to load, or the serialised rewritten model (in-graph preprocessing).
 
     Raises:
-        ConfigError: see :func:`in_graph_normalization`.
-        ModelError: the file cannot be read or rewritten.
+        ConfigError: see :func:`in_graph_normalization`; or the model's input does not take
+            the configured preprocessing (a model that does not fit the config, not a
+            damaged file).
+        ModelError: the file cannot be read.
     """
     norm = in_graph_normalization(spec.preprocess)
     if norm is None:
@@ -231,7 +233,10 @@ def _model_source(spec: ModelSpec) -> str | bytes:
     try:
         model = prepend_normalization(graph, norm)
     except Exception as exc:  # onnx raises ValueError, ValidationError, …
-        raise ModelError(f"model {spec.name!r}: cannot compose preprocessing: {exc}") from exc
+        raise ConfigError(
+            f'model {spec.name!r}: normalize = "model" cannot compose the preprocessing into '
+            f"{spec.path.name}: {exc}"
+        ) from exc
     return model.SerializeToString()
 
 

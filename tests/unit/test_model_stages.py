@@ -174,3 +174,19 @@ def test_an_unverified_asset_that_cannot_load_points_at_list_and_fetch(
     monkeypatch.setenv("STREAMER_CACHE", str(cache))
     with pytest.raises(ModelError, match=r"cannot load .*`streamer models list` tells .* damaged"):
         load_chain(backend, load_config(ROOT / "configs" / "default.toml"))
+
+
+def test_a_model_that_does_not_fit_in_graph_preprocessing_is_a_config_error(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The letterbox of default.toml on MTCNN's ONet (NHWC 48x48): the config is at fault, so
+    the message does not send the user to check the cache (exit 2 either way)."""
+    text = (ROOT / "configs" / "default.toml").read_text()
+    path = tmp_path / "onet.toml"
+    path.write_text(text.replace('asset = "blazeface_short_range"', 'asset = "mtcnn_onet"'))
+    with pytest.raises(ConfigError) as caught:
+        load_chain(backend, load_config(path))
+    assert str(caught.value) == (
+        "model 'face': normalize = \"model\" cannot compose the preprocessing into "
+        "mtcnn_onet.onnx: input 'input_3' has 48 channels, expected 3"
+    )
