@@ -44,6 +44,8 @@ each result leaves. The split follows Triton's queue / compute / request duratio
     streamer_config_last_reload_success_timestamp_seconds gauge  start or last good reload
     streamer_reload_in_progress_seconds                gauge     how long the reload under
                                                                  way has run, 0 when none
+    streamer_config_reloads_total                      counter   reloads ended, whatever their
+                                                                 outcome
     streamer_log_lines_dropped_total                   counter   log lines the log writer
                                                                  could not write
 
@@ -291,6 +293,12 @@ class PipelineMetrics:
             registry=self.registry,
         )
         self._reload_started_s: float | None = None
+        self._reloads_ended = Counter(
+            "streamer_config_reloads",
+            "Reloads (SIGHUP) ended, whatever their outcome: once it has moved past its value "
+            "before a SIGHUP, the config gauges are that reload's.",
+            registry=self.registry,
+        )
         Gauge(
             "streamer_reload_in_progress_seconds",
             "Seconds the reload under way (SIGHUP) has run; 0 when none.",
@@ -399,7 +407,10 @@ class PipelineMetrics:
 
     def observe_reload(self, started_s: float | None) -> None:
         """The reload under way: when it began (``time.monotonic()`` s), None once it has
-        ended (``streamer_reload_in_progress_seconds`` then reads 0); the control thread's."""
+        ended (``streamer_reload_in_progress_seconds`` then reads 0 and
+        ``streamer_config_reloads_total`` counts it); the control thread's."""
+        if started_s is None and self._reload_started_s is not None:
+            self._reloads_ended.inc()
         self._reload_started_s = started_s
 
     def _reload_running_s(self) -> float:

@@ -296,6 +296,7 @@ def test_reload_outcomes_show_in_metrics_while_the_old_config_serves(
 
     again = reload_with(daemon, notify, text.replace("max_delay_ms = 5.0", "max_delay_ms = 7.0"))
     assert again[0] == 1 and again[1] > applied[1]
+    assert scrape(daemon)[("streamer_config_reloads_total", ())] == 4  # whatever the outcome
     assert daemon.stop() == 0
 
 

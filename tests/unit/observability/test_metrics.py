@@ -136,6 +136,19 @@ def test_the_reload_gauge_reads_how_long_the_reload_under_way_has_run() -> None:
     assert scrape(metrics)[running] == 0
 
 
+def test_the_reload_counter_counts_reloads_that_ended() -> None:
+    """A script compares it before and after a SIGHUP (``systemctl reload`` on systemd < 253
+    returns before the reload has even begun) to know the config gauges are the new ones."""
+    metrics = PipelineMetrics()
+    ended = ("streamer_config_reloads_total", ())
+    assert scrape(metrics)[ended] == 0
+    metrics.observe_reload(time.monotonic())
+    assert scrape(metrics)[ended] == 0
+    metrics.observe_reload(None)
+    metrics.observe_reload(None)  # nothing was under way
+    assert scrape(metrics)[ended] == 1
+
+
 def models_labelled(metrics: PipelineMetrics) -> set[str]:
     """Every ``model`` label value in a scrape."""
     return {dict(labels)["model"] for _, labels in scrape(metrics) if "model" in dict(labels)}
