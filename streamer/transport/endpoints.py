@@ -66,17 +66,31 @@ class Endpoint:
             zmq.ZMQError: the address is in use or invalid. ZeroMQ binds an ``ipc://`` path
                 that another process listens on by replacing its socket file (that process
                 then gets nothing, unaware), so a path something accepts connections on is
-                refused here as in use (EADDRINUSE), as a bound TCP port is.
+                refused here as in use (EADDRINUSE), as a bound TCP port is. A TCP host that
+                is no address or interface of this machine (ENODEV) says so, where ZeroMQ
+                says only "No such device".
         """
         if self.bind:
             if self.address.startswith("ipc://") and _ipc_listened(self.address[6:]):
                 raise zmq.ZMQError(errno.EADDRINUSE, f"{self.address}: another process listens")
-            socket.bind(self.address)
+            try:
+                socket.bind(self.address)
+            except zmq.ZMQError as exc:
+                if exc.errno != errno.ENODEV:
+                    raise
+                raise zmq.ZMQError(errno.ENODEV, _NOT_LOCAL.format(self.address)) from exc
         else:
             socket.connect(self.address)
 
     def __str__(self) -> str:
         return f"{self.kind}+{'bind' if self.bind else 'connect'}:{self.address}"
+
+
+_NOT_LOCAL = (
+    "{}: cannot bind: the host is no address or interface of this machine (bind to one of its "
+    "addresses, 0.0.0.0 or [::] for all, or an interface name such as eth0; producers "
+    "connect to the machine's name)"
+)
 
 
 def _ipc_listened(path: str) -> bool:

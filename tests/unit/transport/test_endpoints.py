@@ -140,3 +140,20 @@ def test_an_ipc_path_another_process_listens_on_is_in_use(tmp_path: Path) -> Non
             stale.bind(str(stale_path))  # a socket file nothing listens on: taken over
         parse_endpoint(f"pull+bind:ipc://{stale_path}", INGRESS_TYPES, "ingress").attach(second)
         second.close(linger=0)
+
+
+def test_binding_a_host_that_is_not_this_machine_says_so() -> None:
+    """ZeroMQ's own text is "No such device"; the error names the address and what to bind
+    (an address of another machine already says "Cannot assign requested address")."""
+    host = "no-such-host.invalid"
+    endpoint = parse_endpoint(f"pull+bind:tcp://{host}:6557", INGRESS_TYPES, "ingress[0].uri")
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    socket = context.socket(zmq.PULL)
+    try:
+        with pytest.raises(zmq.ZMQError) as caught:
+            endpoint.attach(socket)
+    finally:
+        socket.close(linger=0)
+        context.term()
+    assert caught.value.errno == errno.ENODEV
+    assert str(caught.value).startswith(f"tcp://{host}:6557: cannot bind: the host is no address")
