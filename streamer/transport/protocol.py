@@ -177,7 +177,7 @@ def source_of_unparsable(raw: bytes | memoryview) -> tuple[str, int]:
     source, seq = obj.get("source"), obj.get("seq")
     return (
         source if isinstance(source, str) else "",
-        seq if isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq <= MAX_SEQ else -1,
+        seq if isinstance(seq, int) and not isinstance(seq, bool) else -1,
     )
 
 
