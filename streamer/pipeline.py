@@ -113,6 +113,19 @@ inline). Larger raw frames and encoded ones (decoding is the expensive part) go 
 whose threads run OpenCV in parallel while the ingress goes on receiving."""
 
 
+def decode_workers(config: Config) -> int:
+    """The worker pool's threads: ``daemon.decode_workers``, or one per CPU core."""
+    return config.daemon.decode_workers or os.cpu_count() or 1
+
+
+def prepare_ahead(config: Config) -> int:
+    """``drop_oldest`` / ``latest`` frames prepared ahead of the batcher at most: two batches
+    of the first stage and two frames per decode worker. Measured on 2 cores (3 JPEG sources
+    at 1.6 x capacity): one batch and one frame per worker left 0.4 cores idle, as the
+    batcher waited for frames that began decoding only when it took them."""
+    return 2 * (decode_workers(config) + config.models[0].batch.max_size)
+
+
 def prepared_inline(frame: Frame) -> bool:
     """Whether ``frame`` is raw and at most :data:`INLINE_MAX_PIXELS` (its size from the
     ingress's check)."""
@@ -191,6 +204,7 @@ class Pipeline:
             self.counts,
             self.reorder.skip,
             self._abort,
+            prepare_ahead=prepare_ahead(config),
         )
         self._ingresses: list[Ingress] = []
         self._egress: Egress | None = None
@@ -282,9 +296,8 @@ class Pipeline:
         self._authenticator = start_authenticator(
             self._context, [*self.config.ingress, *self.config.egress]
         )
-        workers = self.config.daemon.decode_workers or os.cpu_count() or 1
         configure_opencv()
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="prepare")
+        self._pool = ThreadPoolExecutor(decode_workers(self.config), thread_name_prefix="prepare")
         self._egress = Egress(
             self.config.egress,
             self._context,
@@ -310,15 +323,15 @@ class Pipeline:
             raise
         self.status = Status.RUNNING
 
-    def _submit(self, frame: Frame) -> Future[Frame] | None:
+    def _submit(self, frame: Frame, *, inline: bool = True) -> Future[Frame] | None:
         """Prepare ``frame`` for the current chain's first stage: a small raw frame for a
-        single stage at once, on the calling ingress thread (None); anything else on the
-        worker pool (its future). Called by admission, never while a reload switches the
-        chain."""
+        single stage at once, on the calling thread (None), unless ``inline`` is False;
+        anything else on the worker pool (its future). Called by admission, never while a
+        reload switches the chain."""
         assert self._pool is not None
         limits = widest_limits(self.config.ingress)
         stage, keep = self._stages[0], self._chain.keep_images
-        if stage.preprocess is not None and prepared_inline(frame):
+        if inline and stage.preprocess is not None and prepared_inline(frame):
             prepare_frame(frame, stage, limits, keep)
             return None
         return self._pool.submit(prepare_frame, frame, stage, limits, keep)

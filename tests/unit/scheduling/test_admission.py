@@ -14,7 +14,7 @@ from streamer.scheduling.sources import SourceTracker
 def make(capacity: int = 2) -> tuple[AdmissionQueue, OutcomeCounts, list[Frame], threading.Event]:
     counts, dropped, abort = OutcomeCounts(), [], threading.Event()
 
-    def prepare(frame: Frame) -> Future[Frame]:
+    def prepare(frame: Frame, *, inline: bool = True) -> Future[Frame]:
         future: Future[Frame] = Future()
         return future
 
@@ -40,13 +40,65 @@ def test_drop_oldest_keeps_the_newest_frames() -> None:
     assert all(f.pending is not None and f.pending.cancelled() for f in dropped)
 
 
-def test_latest_keeps_one_frame_per_source() -> None:
+def test_latest_keeps_each_sources_frame_being_prepared_and_its_newest() -> None:
+    """The first frame of each source is being prepared: it stays (its decode is not thrown
+    away); each newer frame waits unprepared and is replaced by the next one at no cost."""
     admission, counts, _, _ = make(capacity=8)
-    for seq in range(3):
+    for seq in range(4):
         admission.offer(frame("a", seq), "latest")
         admission.offer(frame("b", seq), "latest")
-    assert [(f.source, f.seq) for f in drain(admission)] == [("a", 2), ("b", 2)]
+    taken = drain(admission)
+    assert [(f.source, f.seq) for f in taken] == [("a", 0), ("b", 0), ("a", 3), ("b", 3)]
     assert counts.snapshot().dropped == {"superseded": 4}
+    assert all(f.pending is not None and f.error is None for f in taken)  # started as taken
+
+
+class Recorder:
+    """A ``prepare`` that records what it was asked, with the chain it would prepare for."""
+
+    def __init__(self) -> None:
+        self.chain = "old"
+        self.calls: list[tuple[int, bool, str]] = []
+
+    def __call__(self, frame: Frame, *, inline: bool = True) -> Future[Frame]:
+        self.calls.append((frame.seq, inline, self.chain))
+        return Future()
+
+
+def test_drop_oldest_prepares_a_few_ahead_and_drops_unprepared_frames_first() -> None:
+    """Frames beyond ``prepare_ahead`` wait as received; a full queue drops the oldest of
+    those, whose preparation never began, and the batcher's takes start the next ones."""
+    prepare, counts, dropped = Recorder(), OutcomeCounts(), []
+    admission = AdmissionQueue(
+        4, SourceTracker(60), prepare, counts, dropped.append, threading.Event(), prepare_ahead=2
+    )
+    for seq in range(6):
+        admission.offer(frame("a", seq), "drop_oldest")
+    assert [f.seq for f in dropped] == [2, 3] and all(f.pending is None for f in dropped)
+    assert counts.snapshot().dropped == {"queue_full": 2}
+    assert prepare.calls == [(0, True, "old"), (1, True, "old")]
+    assert [f.seq for f in admission.take(1, 0, limit=1)] == [0]
+    assert prepare.calls[-1] == (4, False, "old")  # on the pool, as the window moved
+    assert [f.seq for f in admission.take(1, 0)] == [1, 4, 5]
+    assert [c[0] for c in prepare.calls] == [0, 1, 4, 5]
+
+
+def test_a_reload_switch_prepares_the_waiting_frames_for_the_old_chain() -> None:
+    """Frames queued before a reload's marker run on the old chain: those still waiting
+    are prepared for it before the switch; frames after the marker for the new one."""
+    prepare = Recorder()
+    admission = AdmissionQueue(
+        8, SourceTracker(60), prepare, OutcomeCounts(), [].append, threading.Event(), 1
+    )
+    for seq, source in enumerate("abc"):
+        admission.offer(frame(source, seq), "latest")
+    assert prepare.calls == [(0, True, "old")]
+    admission.put_marker("stop", lambda: setattr(prepare, "chain", "new"))
+    admission.offer(frame("d", 3), "latest")
+    assert prepare.calls == [(0, True, "old"), (1, False, "old"), (2, False, "old")]
+    assert [getattr(i, "seq", i) for i in admission.take(8, 0)] == [0, 1, 2, "stop"]
+    assert prepare.calls[-1] == (3, False, "new")
+    assert [f.seq for f in admission.take(1, 0)] == [3]
 
 
 def test_block_waits_for_room_and_gives_up_on_abort() -> None:
