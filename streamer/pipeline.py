@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 import zmq
 
-from streamer.config import Config
+from streamer.config import Config, ModelConfig
 from streamer.errors import ConfigError, FrameError, Reason, StreamerError
 from streamer.frames import STOP, Frame, OutcomeCounts
 from streamer.lifecycle import Status, Worker
@@ -118,12 +118,12 @@ def decode_workers(config: Config) -> int:
     return config.daemon.decode_workers or os.cpu_count() or 1
 
 
-def prepare_ahead(config: Config) -> int:
+def prepare_ahead(config: Config, first: ModelConfig) -> int:
     """``drop_oldest`` / ``latest`` frames prepared ahead of the batcher at most: two batches
-    of the first stage and two frames per decode worker. Measured on 2 cores (3 JPEG sources
-    at 1.6 x capacity): one batch and one frame per worker left 0.4 cores idle, as the
-    batcher waited for frames that began decoding only when it took them."""
-    return 2 * (decode_workers(config) + config.models[0].batch.max_size)
+    of the ``first`` stage and two frames per decode worker. Measured on 2 cores (3 JPEG
+    sources at 2.3 x capacity): one batch and one frame per worker left 0.4 cores idle, as
+    the batcher waited for frames that began decoding only when it took them."""
+    return 2 * (decode_workers(config) + first.batch.max_size)
 
 
 def prepared_inline(frame: Frame) -> bool:
@@ -204,7 +204,7 @@ class Pipeline:
             self.counts,
             self.reorder.skip,
             self._abort,
-            prepare_ahead=prepare_ahead(config),
+            prepare_ahead=prepare_ahead(config, stages[0].config),
         )
         self._ingresses: list[Ingress] = []
         self._egress: Egress | None = None
@@ -453,6 +453,7 @@ class Pipeline:
                 self._chain, self._stages = chain, stages
                 self._retired.append(old)
                 self._retiring = old
+            self._inbox.prepare_ahead = prepare_ahead(self.config, stages[0].config)
 
         self._inbox.put_marker(STOP, switch)
         settings = self.config.daemon

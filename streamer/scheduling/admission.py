@@ -23,7 +23,7 @@ is the ingress's ``on_full`` policy:
 Preparing a frame (decoding a JPEG) costs more than receiving it, and a frame dropped after
 its preparation began has cost it in vain: under sustained overload that cut what the two
 policies published by up to 45 % against ``block``. So their frames are prepared lazily:
-at most ``prepare_ahead`` of them (a batch and the decode workers' share) are prepared ahead
+at most ``prepare_ahead`` of them (two batches and two per decode worker) are prepared ahead
 of the batcher, a ``latest`` source's one at a time; the others wait in the queue as
 received, where dropping them costs nothing, and start as the batcher takes frames (a frame
 the batcher takes unprepared starts then, on the worker pool). ``block`` frames, which are
@@ -113,7 +113,7 @@ class AdmissionQueue(Mailbox):
         self._switching = False
         self._reserved = 0  # places of block frames being prepared
         self._kept: set[Frame] = set()  # queued frames that came in under block
-        self._prepare_ahead = max(1, prepare_ahead)
+        self.prepare_ahead = max(1, prepare_ahead)  # set under the lock (a reload's switch)
         self._started: dict[Frame, FullPolicy] = {}  # drop_oldest / latest, preparation began
         self._started_of: Counter[str] = Counter()  # those of each latest source
         self._waiting: dict[Frame, FullPolicy] = {}  # queued unprepared, in no set above
@@ -301,7 +301,7 @@ class AdmissionQueue(Mailbox):
     def _may_start(self, frame: Frame, policy: FullPolicy) -> bool:
         """Under the lock: whether a ``drop_oldest`` / ``latest`` frame may be prepared now
         (room in ``prepare_ahead``; for ``latest``, none of its source's being prepared)."""
-        if len(self._started) >= self._prepare_ahead:
+        if len(self._started) >= self.prepare_ahead:
             return False
         return policy != "latest" or not self._started_of[frame.source]
 
@@ -323,7 +323,7 @@ class AdmissionQueue(Mailbox):
         if not self._waiting:
             return
         for item in list(self._items):
-            if len(self._started) >= self._prepare_ahead:
+            if len(self._started) >= self.prepare_ahead:
                 return
             policy = self._waiting.get(item) if isinstance(item, Frame) else None
             if policy is not None and self._may_start(item, policy):

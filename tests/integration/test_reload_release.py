@@ -68,3 +68,24 @@ def test_reloads_release_every_retired_chain(tmp_path: Path) -> None:
     finally:
         pipeline.stop(5.0)
         pipeline.close()
+
+
+def test_a_reload_sizes_the_prepare_ahead_window_for_its_first_stage(tmp_path: Path) -> None:
+    """drop_oldest / latest frames prepared ahead: two batches of the chain's first stage and
+    two per decode worker, again after a reload that changes the batch size."""
+    short_and_full_range(tmp_path)
+    text = (tmp_path / "blazeface_short_range.toml").read_text()
+    text = text.replace("decode_workers = 0", "decode_workers = 3")
+    eight = tmp_path / "eight.toml"
+    eight.write_text(text)
+    four = tmp_path / "four.toml"
+    four.write_text(text.replace("max_size = 8 ", "max_size = 4 "))
+    pipeline = Pipeline.load(load_config(eight))
+    try:
+        pipeline.start()
+        assert pipeline._inbox.prepare_ahead == 2 * (3 + 8)
+        assert pipeline.reload(load_config(four), threading.Event(), None)
+        assert pipeline._inbox.prepare_ahead == 2 * (3 + 4)
+    finally:
+        pipeline.stop(5.0)
+        pipeline.close()
