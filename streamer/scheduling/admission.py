@@ -319,15 +319,23 @@ class AdmissionQueue(Mailbox):
                 del self._started_of[frame.source]
 
     def _start_due(self) -> None:
-        """Under the lock: prepare the oldest waiting frames that may start now."""
-        if not self._waiting:
-            return
-        for item in list(self._items):
-            if len(self._started) >= self.prepare_ahead:
-                return
-            policy = self._waiting.get(item) if isinstance(item, Frame) else None
-            if policy is not None and self._may_start(item, policy):
-                self._start(item)
+        """Under the lock: prepare the oldest waiting frames that may start now. ``_waiting``
+        is in queue order, and all but ``prepare_ahead`` of its frames can start when there is
+        room (a ``latest`` source with a frame being prepared has one waiting at most), so this
+        reads a few of them, however long the queue."""
+        room = self.prepare_ahead - len(self._started)
+        due: list[Frame] = []
+        latest: set[str] = set()  # latest sources given a frame in this pass
+        for frame, policy in self._waiting.items():
+            if len(due) >= room:
+                break
+            if policy == "latest" and (self._started_of[frame.source] or frame.source in latest):
+                continue
+            due.append(frame)
+            if policy == "latest":
+                latest.add(frame.source)
+        for frame in due:
+            self._start(frame)
 
     def _start(self, frame: Frame) -> None:
         """Under the lock: prepare a waiting frame on the worker pool (for the chain it is
@@ -351,13 +359,11 @@ class AdmissionQueue(Mailbox):
     def _drop_oldest(self) -> bool:
         """Drop the oldest queued frame that did not come in under ``block``, one waiting
         unprepared first; False if there is none."""
-        oldest: Frame | None = None
-        for item in self._items:
-            if isinstance(item, Frame) and item not in self._kept:
-                if item in self._waiting:
-                    oldest = item
-                    break
-                oldest = oldest or item
+        oldest = next(iter(self._waiting), None)  # in queue order
+        if oldest is None:
+            oldest = next(
+                (i for i in self._items if isinstance(i, Frame) and i not in self._kept), None
+            )
         if oldest is None:
             return False
         self._items.remove(oldest)
