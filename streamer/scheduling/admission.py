@@ -17,17 +17,19 @@ is the ingress's ``on_full`` policy:
   (``queue_full``); the oldest of all when every one is.
 - ``latest``: a queued frame of the same source not yet being prepared is replaced by the
   new one (``superseded``), so each source holds at most one frame being prepared and one
-  waiting, its newest: live cameras get their freshest picture; beyond that frames are
-  dropped as under ``drop_oldest`` (``queue_full``).
+  waiting, its newest: live cameras get their freshest picture but one; beyond that frames
+  are dropped as under ``drop_oldest`` (``queue_full``).
 
 Preparing a frame (decoding a JPEG) costs more than receiving it, and a frame dropped after
 its preparation began has cost it in vain: under sustained overload that cut what the two
 policies published by up to 45 % against ``block``. So their frames are prepared lazily:
-at most ``prepare_ahead`` of them (two batches and two per decode worker) are prepared ahead
-of the batcher, a ``latest`` source's one at a time; the others wait in the queue as
-received, where dropping them costs nothing, and start as the batcher takes frames (a frame
-the batcher takes unprepared starts then, on the worker pool). ``block`` frames, which are
-never dropped, are prepared as they are admitted.
+at most ``prepare_ahead`` of them (two batches and two per decode worker, at most half the
+queue) are prepared ahead of the batcher, a ``latest`` source's one at a time; the others
+wait in the queue as received, where dropping them costs nothing, and start as the batcher
+takes frames (a frame the batcher takes unprepared starts then, on the worker pool). At a
+reload's switch the waiting frames are prepared for the old chain and leave the window: they
+are the first dropped while it drains. ``block`` frames, which are never dropped, are
+prepared as they are admitted.
 
 The policies share one queue, and each applies to its own ingress's frames: a frame that came
 in under ``block`` is never dropped to make room for another ingress's; when only such frames
@@ -113,7 +115,8 @@ class AdmissionQueue(Mailbox):
         self._switching = False
         self._reserved = 0  # places of block frames being prepared
         self._kept: set[Frame] = set()  # queued frames that came in under block
-        self.prepare_ahead = max(1, prepare_ahead)  # set under the lock (a reload's switch)
+        self._prepare_ahead = 1
+        self.prepare_ahead = prepare_ahead
         self._started: dict[Frame, FullPolicy] = {}  # drop_oldest / latest, preparation began
         self._started_of: Counter[str] = Counter()  # those of each latest source
         self._waiting: dict[Frame, FullPolicy] = {}  # queued unprepared, in no set above
@@ -148,8 +151,7 @@ class AdmissionQueue(Mailbox):
                 return self._queue(item, policy)
             if not reserve:
                 if not self._may_start(item, policy):
-                    self._waiting[item] = policy
-                    return self._queue(item, policy)
+                    return self._queue(item, policy, waiting=True)
                 self._mark_started(item, policy)
             self._preparing += 1
             self._reserved += reserve
@@ -190,6 +192,7 @@ class AdmissionQueue(Mailbox):
                     self._prepared.wait()
                 for frame in list(self._waiting):  # queued for the chain switched away from
                     self._start(frame)
+                    self._unmark(frame)  # not in the window: dropped first, as before
                 switch()
                 self._switching = False
                 self._prepared.notify_all()
@@ -227,10 +230,11 @@ class AdmissionQueue(Mailbox):
         """Frames queued now (a gauge)."""
         return self._frames
 
-    def _queue(self, frame: Frame, policy: FullPolicy) -> str | None:
+    def _queue(self, frame: Frame, policy: FullPolicy, waiting: bool = False) -> str | None:
         """Under the lock: queue ``frame``, making room under ``policy`` (``block`` made it
         before, unless other ingresses' frames took it: one of those is dropped); the reason
-        ``frame`` itself was dropped instead, if it was."""
+        ``frame`` itself was dropped instead, if it was. A ``waiting`` frame is queued
+        unprepared, to be started by :meth:`_start_due`."""
         if policy == "latest":
             self._supersede(frame)
         while self._frames >= self._capacity:
@@ -244,6 +248,8 @@ class AdmissionQueue(Mailbox):
         self._newest[frame.source] = frame
         if policy == "block":
             self._kept.add(frame)
+        elif waiting:
+            self._waiting[frame] = policy
         self._push(frame)
         self._start_due()
         return None
@@ -298,6 +304,16 @@ class AdmissionQueue(Mailbox):
         if self._newest.get(frame.source) is frame:
             del self._newest[frame.source]
 
+    @property
+    def prepare_ahead(self) -> int:
+        """``drop_oldest`` / ``latest`` frames prepared ahead of the batcher at most: as
+        asked, but at most half the queue, so that the other half can wait unprepared."""
+        return self._prepare_ahead
+
+    @prepare_ahead.setter
+    def prepare_ahead(self, frames: int) -> None:  # under the lock (a reload's switch)
+        self._prepare_ahead = max(1, min(frames, self._capacity // 2))
+
     def _may_start(self, frame: Frame, policy: FullPolicy) -> bool:
         """Under the lock: whether a ``drop_oldest`` / ``latest`` frame may be prepared now
         (room in ``prepare_ahead``; for ``latest``, none of its source's being prepared)."""
@@ -348,22 +364,19 @@ class AdmissionQueue(Mailbox):
             frame.fail(FrameError(Reason.PREPROCESS_FAILED, f"{type(exc).__name__}: {exc}"))
 
     def _supersede(self, frame: Frame) -> None:
-        """Under the lock: drop the queued frame of ``frame``'s source that waits unprepared;
-        one being prepared stays (its work is not thrown away)."""
+        """Under the lock: drop the queued frame of ``frame``'s source, unless it is being
+        prepared in the window (its work is not thrown away)."""
         older = self._newest.get(frame.source)
-        if older is not None and older in self._waiting:
+        if older is not None and older not in self._kept and older not in self._started:
             self._items.remove(older)
             self._forget(older)
             self._drop(older, Reason.SUPERSEDED)
 
     def _drop_oldest(self) -> bool:
-        """Drop the oldest queued frame that did not come in under ``block``, one waiting
-        unprepared first; False if there is none."""
-        oldest = next(iter(self._waiting), None)  # in queue order
-        if oldest is None:
-            oldest = next(
-                (i for i in self._items if isinstance(i, Frame) and i not in self._kept), None
-            )
+        """Drop the oldest queued frame that did not come in under ``block``, one outside the
+        window of frames being prepared first; False if there is none."""
+        frames = [i for i in self._items if isinstance(i, Frame) and i not in self._kept]
+        oldest = next((i for i in frames if i not in self._started), frames[0] if frames else None)
         if oldest is None:
             return False
         self._items.remove(oldest)

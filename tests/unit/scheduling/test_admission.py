@@ -30,14 +30,49 @@ def drain(admission: AdmissionQueue) -> list:
     return admission.take(1, 0)
 
 
-def test_drop_oldest_keeps_the_newest_frames() -> None:
+def test_drop_oldest_keeps_the_frame_being_prepared_and_the_newest() -> None:
+    """A queue of 2 prepares 1 ahead (half of it): frame 0; the oldest of the others goes."""
     admission, counts, dropped, _ = make(capacity=2)
     for seq in range(4):
         admission.offer(frame("a", seq), "drop_oldest")
-    assert [f.seq for f in drain(admission)] == [2, 3]
+    assert [f.seq for f in drain(admission)] == [0, 3]
     assert counts.snapshot().dropped == {"queue_full": 2}
-    assert [f.seq for f in dropped] == [0, 1]
+    assert [f.seq for f in dropped] == [1, 2]
+    assert all(f.pending is None for f in dropped)  # never prepared
+
+
+def test_a_queue_full_of_block_frames_and_frames_being_prepared_drops_one_of_those() -> None:
+    """Room for a frame that must wait is made before it is queued: with no other frame
+    waiting, the oldest frame in the window goes, never the newcomer (which is not queued
+    yet: picking it raised ValueError out of offer and ended the ingress thread)."""
+    admission, counts, dropped, _ = make(capacity=4)  # a window of 2
+    for seq in range(2):
+        admission.offer(frame("b", seq), "block")
+    admission.offer(frame("a", 0), "latest")
+    admission.offer(frame("c", 0), "latest")
+    assert admission.offer(frame("a", 1), "latest") is None
+    assert [(f.source, f.seq) for f in dropped] == [("a", 0)]
+    assert counts.snapshot().dropped == {"queue_full": 1}
+    taken = drain(admission)
+    assert [(f.source, f.seq) for f in taken] == [("b", 0), ("b", 1), ("c", 0), ("a", 1)]
+
+
+def test_frames_queued_before_a_reload_are_dropped_before_those_after_it() -> None:
+    """A reload's switch prepares the waiting frames for the old chain, but they stay first to
+    go under drop_oldest: overload during the swap drops stale frames, not fresh ones."""
+    counts, dropped = OutcomeCounts(), []
+    admission = AdmissionQueue(
+        8, SourceTracker(60), Recorder(), counts, dropped.append, threading.Event(), 2
+    )
+    for seq in range(8):
+        admission.offer(frame("cam", seq), "drop_oldest")
+    admission.put_marker("stop", lambda: None)
+    for seq in range(8, 12):
+        admission.offer(frame("cam", seq), "drop_oldest")
+    assert [f.seq for f in dropped] == [2, 3, 4, 5]
     assert all(f.pending is not None and f.pending.cancelled() for f in dropped)
+    queued = [getattr(i, "seq", i) for i in admission.take(16, 0)]
+    assert queued == [0, 1, 6, 7, "stop"]
 
 
 def test_latest_keeps_each_sources_frame_being_prepared_and_its_newest() -> None:
