@@ -375,14 +375,24 @@ class AdmissionQueue(Mailbox):
     def _drop_oldest(self) -> bool:
         """Drop the oldest queued frame that did not come in under ``block``, one outside the
         window of frames being prepared first; False if there is none."""
-        frames = [i for i in self._items if isinstance(i, Frame) and i not in self._kept]
-        oldest = next((i for i in frames if i not in self._started), frames[0] if frames else None)
+        oldest = self._oldest_droppable()
         if oldest is None:
             return False
         self._items.remove(oldest)
         self._forget(oldest)
         self._drop(oldest, Reason.QUEUE_FULL)
         return True
+
+    def _oldest_droppable(self) -> Frame | None:
+        """Under the lock, in one pass from the head (it stops at the first frame outside the
+        window): the oldest non-``block`` frame outside the window, else the oldest one."""
+        first: Frame | None = None
+        for item in self._items:
+            if isinstance(item, Frame) and item not in self._kept:
+                if item not in self._started:
+                    return item
+                first = first or item
+        return first
 
     def _drop(self, frame: Frame, reason: str) -> None:
         self._unmark(frame)
