@@ -192,9 +192,10 @@ class DaemonConfig(_Strict):
     )
     reorder_timeout_s: Seconds | None = Field(
         None,
-        description="longest wait for a late frame; unset = 1 s, or on ACL 2 s more than twice "
-        "runtime.options.result_timeout_ms (a lost batch is found only then, and may run "
-        "again on another replica)",
+        description="longest a source's results wait for a late earlier frame (dropped "
+        "frames' places do not wait: they are given up on after source_idle_s); unset = "
+        "1 s, or on ACL 2 s more than four times runtime.options.result_timeout_ms (a lost "
+        "batch is found only then, and may run again on another replica)",
     )
     max_consecutive_failures: PositiveCInt = Field(
         10,

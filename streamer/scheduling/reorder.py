@@ -7,7 +7,11 @@ releases a frame once every earlier frame of its stream was released or reported
 (:meth:`skip`). The window is bounded: when a stream holds more than ``window`` frames, or
 its oldest held frame waited ``timeout_s``, the missing frames are given up on and the held
 ones are released, so a lost frame cannot stall its source forever. Failed frames held do
-not count towards the window (they can outrun any batch); only the timeout bounds them. A
+not count towards the window (they can outrun any batch); only the timeout bounds them. The
+places of dropped frames (:meth:`skip`) count towards neither: a ``drop_oldest`` queue drops
+frames behind ones that may spend longer than ``timeout_s`` in a slow pipeline, and nothing
+waits to be published until a result comes behind them; if none comes, they are given up on
+after ``idle_evict_s``. A
 frame that arrives after it was given up on is released at once (``late``): a result is
 never thrown away. An end of stream, in its place in the order, waits for the stream's
 frames given up on in the last ``timeout_s`` (they are still running), and what follows it
@@ -46,11 +50,12 @@ class _Stream:
     next_order: int = 0
     held: dict[int, Any] = field(default_factory=dict)
     held_at: dict[int, int] = field(default_factory=dict)
-    """When each held entry came (monotonic ns), oldest first: the timeout counts from the
-    oldest one still held."""
-    skipped: int = 0
-    """Entries of ``held`` that are dropped frames' places, not frames: they do not count
-    towards the window (a ``drop_oldest`` queue drops frames behind ones still running)."""
+    """When each held frame or end of stream came (monotonic ns), oldest first: the timeout
+    counts from the oldest one still held."""
+    skipped_at: dict[int, int] = field(default_factory=dict)
+    """When each held dropped frame's place came (monotonic ns), oldest first: they do not
+    count towards the window or the timeout (a ``drop_oldest`` queue drops frames behind
+    ones still running), only towards ``idle_evict_s``."""
     failed: int = 0
     """Entries of ``held`` that are failed frames: they do not count towards the window
     either. Frames failed before the model (a corrupt image) reach egress at the rate they
@@ -131,7 +136,7 @@ class ReorderBuffer:
         self._hold(stream, item.order, item, now)
         stream.failed += _failed(item)
         released += self._drain(stream)
-        if len(stream.held) - stream.skipped - stream.failed > self.window:
+        if len(stream.held_at) - stream.failed > self.window:
             released += self._give_up(stream, now)
         return released
 
@@ -141,7 +146,9 @@ class ReorderBuffer:
         released = self._apply_skips(now)
         for key, stream in list(self._streams.items()):
             released += self._expire_given_up(stream, now)
-            if stream.held and now - next(iter(stream.held_at.values())) >= self._timeout_ns:
+            if _waited(stream.held_at, now, self._timeout_ns) or _waited(
+                stream.skipped_at, now, self._idle_ns
+            ):
                 released += self._give_up(stream, now)
             elif not stream.held and stream.closed:
                 self._forgotten[key] = now
@@ -175,7 +182,7 @@ class ReorderBuffer:
     @staticmethod
     def _hold(stream: _Stream, order: int, item: Any, now: int) -> None:
         stream.held[order] = item
-        stream.held_at.setdefault(order, now)
+        (stream.skipped_at if item is _SKIPPED else stream.held_at).setdefault(order, now)
 
     def _apply_skips(self, now: int) -> list[Item]:
         with self._skip_lock:
@@ -191,7 +198,6 @@ class ReorderBuffer:
             stream = self._stream(key, now)
             if order >= stream.next_order:
                 self._hold(stream, order, _SKIPPED, now)
-                stream.skipped += 1
                 released += self._drain(stream)
             else:
                 released += self._came(stream, order)
@@ -199,16 +205,16 @@ class ReorderBuffer:
 
     def _drain(self, stream: _Stream) -> list[Item]:
         released: list[Item] = []
-        while stream.next_order in stream.held:
-            item = stream.held[stream.next_order]
+        while (order := stream.next_order) in stream.held:
+            item = stream.held[order]
             if _waits(stream, item):
                 break
-            del stream.held[stream.next_order]
-            del stream.held_at[stream.next_order]
+            del stream.held[order]
             stream.next_order += 1
             if item is _SKIPPED:
-                stream.skipped -= 1
+                del stream.skipped_at[order]
             else:
+                del stream.held_at[order]
                 stream.failed -= _failed(item)
                 released.append(item)
         return released
@@ -246,6 +252,11 @@ class ReorderBuffer:
 def _waits(stream: _Stream, item: Any) -> bool:
     """Whether ``item``, next in order, waits: an end of stream behind frames given up on."""
     return isinstance(item, EndOfStream) and bool(stream.given_up)
+
+
+def _waited(held_at: dict[int, int], now: int, limit_ns: int) -> bool:
+    """Whether the oldest entry of ``held_at`` came ``limit_ns`` or more before ``now``."""
+    return bool(held_at) and now - next(iter(held_at.values())) >= limit_ns
 
 
 def _failed(item: Any) -> bool:

@@ -169,6 +169,40 @@ def test_the_timeout_counts_from_the_oldest_held_frame(monkeypatch: pytest.Monke
     assert orders(released) == list(range(1, 41)) and buffer.gave_up == 1
 
 
+def test_dropped_frames_do_not_start_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``drop_oldest`` under overload with a slow postprocess: frame 0 spends longer than
+    ``timeout_s`` between the queue and egress while the frames queued behind it are
+    dropped. Their places are no reason to give up on it; it and the results behind it
+    leave in order (the timeout ran from the first dropped place: frame 0 was given up on
+    and published late, out of order)."""
+    clock = [0]
+    monkeypatch.setattr(reorder, "time", SimpleNamespace(monotonic_ns=lambda: clock[0]))
+    buffer = ReorderBuffer(window=4096, timeout_s=1, idle_evict_s=60)
+    released = []
+    for order in range(1, 40):  # a dropped frame every 100 ms while frame 0 runs
+        clock[0] = order * 100_000_000
+        buffer.skip(frame(order))
+        released += buffer.expire()
+    released += buffer.push(frame(0)) + buffer.push(frame(40))
+    assert orders(released) == [0, 40]
+    assert buffer.gave_up == buffer.late == buffer.held() == 0
+
+
+def test_dropped_places_alone_are_given_up_on_after_idle_evict_s() -> None:
+    """A frame that never comes, behind which only dropped frames' places wait: they are
+    released after ``idle_evict_s``, so the stream can be forgotten."""
+    buffer = ReorderBuffer(window=8, timeout_s=1, idle_evict_s=30)
+    buffer.skip(frame(1))
+    start = time.monotonic_ns()
+    assert buffer.expire(now_ns=start) == []
+    buffer.close(("a", 0))
+    assert buffer.expire(now_ns=start + 20 * 10**9) == [] and buffer.held() == 1
+    assert buffer.expire(now_ns=start + 31 * 10**9) == [] and buffer.held() == 0
+    assert buffer.gave_up == 1
+    buffer.expire(now_ns=start + 32 * 10**9)
+    assert buffer.released_through(("a", 0)) > 2
+
+
 def test_a_stream_is_forgotten_only_once_its_source_tracker_closed_it() -> None:
     """Idle for long with a frame of it still in the pipeline: the stream stays, so that
     frame's result is released in its place (a stream forgotten under it, then met again,
