@@ -45,6 +45,7 @@ class Frame:
         received_at: wall-clock Unix time (s) when the ingress received it.
         ts: the producer's capture time (Unix s), or None.
         meta: the producer's ``meta`` object, echoed back in the result.
+        run: the producer's run id (header ``run``), or None; ``seq`` counts per run.
         encoding: ``jpeg`` | ``png`` | ``raw``.
         header: the parsed wire header (needed to decode ``raw`` payloads).
         payload: the encoded bytes; released once decoded.
@@ -85,6 +86,7 @@ class Frame:
     received_at: float
     ts: float | None = None
     meta: dict[str, Any] | None = None
+    run: str | None = None
     encoding: str = ""
     header: dict[str, Any] = field(default_factory=dict)
     payload: bytes | memoryview | None = None
@@ -143,12 +145,14 @@ class EndOfStream:
     """In-band marker: the producer of ``source`` sent end-of-stream after frame ``seq``.
 
     It travels the same queues as frames, so it reaches egress after every frame of that
-    source received before it, and egress then publishes an ``eos`` result.
+    source received before it, and egress then publishes an ``eos`` result. ``run`` is the
+    producer's run id (header ``run``), or None.
     """
 
     source: str
     seq: int
     received_at: float = field(default_factory=time.time)
+    run: str | None = None
     epoch: int = 0
     order: int = -1
 

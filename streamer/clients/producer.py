@@ -1,8 +1,8 @@
 """Producer library: frames from a video, an image folder, an image or a camera → ZMQ PUSH.
 
 Every frame is one native-protocol message (DESIGN.md §5, built by
-:func:`streamer.transport.protocol.encode_frame`) with ``seq`` counting from 0, and an
-end-of-stream message follows the last frame::
+:func:`streamer.transport.protocol.encode_frame`) with ``seq`` counting from 0 in a ``run`` of
+the producer's own, and an end-of-stream message follows the last frame::
 
     from streamer.clients import produce
     stats = produce("carphone.mp4", "tcp://127.0.0.1:5555", fps=30)
@@ -18,6 +18,7 @@ import itertools
 import math
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from streamer.assets import media_path
 from streamer.clients.outbox import Outbox
 from streamer.errors import ClientError, SendTimeoutError
 from streamer.lifecycle import Closing
-from streamer.transport.protocol import ENCODINGS, encode_eos, encode_frame
+from streamer.transport.protocol import ENCODINGS, MAX_RUN_CHARS, encode_eos, encode_frame
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
@@ -210,6 +211,10 @@ class Producer(Closing):
         send_timeout_s: longest wait for the daemon to take one message (s).
         close_timeout_s: longest wait at :meth:`close` for queued messages to leave (s).
         sndhwm: messages queued before a send blocks.
+        run: the ``run`` id in every header (1 to 64 characters): the daemon checks ``seq``
+            per run, so the frames a crashed producer left queued are not taken as stale
+            among those of the producer that replaced it; default: a new random id
+            (:attr:`run`).
         context: the ZMQ context; default: one of the producer's own, terminated by
             :meth:`close`. A caller's context stays open: terminate it before the
             interpreter exits (libzmq's threads may still be sending a closed socket's
@@ -217,7 +222,7 @@ class Producer(Closing):
 
     Raises:
         ValueError: an unknown encoding, a quality outside 0-100, a send or close timeout
-            <= 0, or ``sndhwm`` < 1.
+            <= 0, ``sndhwm`` < 1, or a ``run`` id of another length.
         ClientError: the endpoint is invalid.
     """
 
@@ -231,6 +236,7 @@ class Producer(Closing):
         send_timeout_s: float = 5.0,
         close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
         sndhwm: int = 32,
+        run: str | None = None,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         if encoding not in ENCODINGS:
@@ -244,7 +250,10 @@ class Producer(Closing):
             )
         if sndhwm < 1:
             raise ValueError(f"sndhwm must be >= 1, got {sndhwm}")
+        if run is not None and not 0 < len(run) <= MAX_RUN_CHARS:
+            raise ValueError(f"run must have 1 to {MAX_RUN_CHARS} characters, got {len(run)}")
         self.endpoint, self.source, self.encoding = endpoint, source, encoding
+        self.run = uuid.uuid4().hex if run is None else run
         self.send_timeout_s, self.close_timeout_s = send_timeout_s, close_timeout_s
         self._quality = quality
         self._seq = self._bytes = 0
@@ -293,7 +302,13 @@ class Producer(Closing):
         payload = _encode(image, self.encoding, self._quality)
         stamp = time.time() if ts is None else ts
         parts = encode_frame(
-            self.source, self._seq, payload, encoding=self.encoding, ts=stamp, meta=meta
+            self.source,
+            self._seq,
+            payload,
+            encoding=self.encoding,
+            ts=stamp,
+            meta=meta,
+            run=self.run,
         )
         self._send(parts)
         size = sum(len(part) for part in parts)
@@ -316,7 +331,7 @@ class Producer(Closing):
             ClientError: the producer is closed.
         """
         self._check_open()
-        parts = encode_eos(self.source, max(self._seq - 1, 0))
+        parts = encode_eos(self.source, max(self._seq - 1, 0), self.run)
         if wait:
             self._send(parts)
             return True

@@ -29,6 +29,7 @@ import zmq
 
 from streamer.errors import ClientError, Reason
 from streamer.lifecycle import Closing
+from streamer.scheduling.sources import MAX_RUNS
 
 __all__ = [
     "DEFAULT_SUBSCRIBER_ENDPOINT",
@@ -161,9 +162,11 @@ class Summary:
         per_source: results per source (``eos`` results not counted).
         errors: error results by ``error.reason``.
         detections: frames without error by number of detections: ``0``, ``1``, ``2+``.
-        out_of_order: results whose ``seq`` is not above every earlier seq of their source
-            since the source's last restart or end of stream. The daemon's rules (README,
-            "Wire protocol") decide: a ``seq`` of 0 is a restart, and after an ``eos`` any
+        out_of_order: results whose ``seq`` is not above every earlier seq of their source's
+            ``run`` since its last restart or end of stream. The daemon's rules (README,
+            "Wire protocol") decide: ``seq`` counts per run (the latest
+            :data:`~streamer.scheduling.sources.MAX_RUNS` of a source), a ``seq`` of 0 is a
+            restart, and after an ``eos`` any
             ``seq`` starts the count anew; a ``bad_header`` result, whose ``seq`` nobody
             vouches for, is judged only when it is the next one (``last + 1``). A restart
             with a counter not at 0, which the daemon confirms by a frame it drops, is not
@@ -179,7 +182,8 @@ class Summary:
         self.out_of_order = 0
         self.eos: set[str] = set()
         self.latencies_ms: list[float] = []
-        self._max_seq: dict[str, int] = {}
+        self._max_seq: dict[str, dict[str | None, int]] = {}
+        """Per source, the highest ``seq`` of each of its latest runs, the oldest first."""
 
     def add(self, result: dict[str, Any]) -> None:
         """Count one result dict as yielded by :meth:`Subscriber.results`."""
@@ -219,14 +223,19 @@ class Summary:
         }
 
     def _check_order(self, source: str, result: dict[str, Any]) -> None:
-        seq, last = result.get("seq"), self._max_seq.get(source)
+        runs = self._max_seq.setdefault(source, {})
+        run = result.get("run") if isinstance(result.get("run"), str) else None
+        seq, last = result.get("seq"), runs.get(run)
         refused = (result.get("error") or {}).get("reason") == Reason.BAD_HEADER
         if not isinstance(seq, int) or (refused and (last is None or seq != last + 1)):
             return
         if last is not None and seq != 0 and seq <= last:
             self.out_of_order += 1
-        else:
-            self._max_seq[source] = seq
+            return
+        runs.pop(run, None)
+        if len(runs) >= MAX_RUNS:
+            del runs[next(iter(runs))]
+        runs[run] = seq
 
 
 _ENVELOPE = frozenset(
@@ -234,6 +243,7 @@ _ENVELOPE = frozenset(
         "v",
         "source",
         "seq",
+        "run",
         "ts",
         "received_at",
         "done_at",

@@ -91,7 +91,7 @@ _STREAM_METRICS = {
     "stale_frames": ("streamer_stale_frames", "Frames with a duplicate or late seq.", True),
     "source_restarts": (
         "streamer_source_restarts",
-        "Sources whose producer restarted (seq back to 0).",
+        "Sources whose producer restarted (a new run, or seq back to 0).",
         True,
     ),
     "active_sources": ("streamer_sources_active", "Sources seen and not evicted.", False),

@@ -1,11 +1,17 @@
 """Per-source stream state: sequence checks, restarts, arrival order and idle eviction.
 
 State is keyed by the ``source`` id of the header, never by connection, so a camera may
-reconnect through another socket, or a producer process restart, and its stream goes on
-(frames it still had queued on the old connection then arrive among the new ones, and those
-behind are dropped as ``stale_seq``).
+reconnect through another socket, or a producer process restart, and its stream goes on.
 
-Rules for the ``seq`` of a frame against the last accepted ``seq`` of its source, after RTP's
+A producer may name its *run* (header ``run``, e.g. an id drawn at its start): ``seq`` is then
+checked per run. A frame of a run the source has not had is a restart (counted, no gap); the
+frames of the source's earlier runs still queued on the old connection, which ZeroMQ hands
+over among the new run's, are checked against their own run's ``seq``, so none of them is
+stale. A source keeps the :data:`MAX_RUNS` runs it had frames of last. Without ``run`` (one
+run, ``None``), the old connection's frames read as far behind the new count: those behind
+are dropped as ``stale_seq`` or taken as another restart.
+
+Rules for the ``seq`` of a frame against the last accepted ``seq`` of its run, after RTP's
 sequence number validation (RFC 3550, appendix A.1, with its ``MAX_DROPOUT`` = 3000,
 ``MAX_MISORDER`` = 100 and two sequential packets to resynchronise):
 
@@ -68,7 +74,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -81,6 +87,7 @@ __all__ = [
     "FORCED_EVICTION_FACTOR",
     "MAX_DROPOUT",
     "MAX_MISORDER",
+    "MAX_RUNS",
     "SourceStats",
     "SourceTracker",
     "StreamKey",
@@ -94,6 +101,9 @@ MAX_DROPOUT = 3000
 MAX_MISORDER = 100
 """Backward jumps of ``seq`` smaller than this are late or duplicate frames; larger ones may be
 a restart, confirmed by the next frame (RFC 3550 A.1)."""
+MAX_RUNS = 4
+"""Producer runs a source keeps the ``seq`` of (the most recent ones): a frame of another run
+forgets the one with the oldest frame."""
 FORCED_EVICTION_FACTOR = 10
 """A source idle this many times ``idle_evict_s`` is forgotten even with items in flight."""
 
@@ -102,12 +112,20 @@ StreamKey = tuple[str, int]
 
 
 @dataclass(slots=True)
+class _RunSeq:
+    """The ``seq`` state of one producer run of a source."""
+
+    last_seq: int | None = None  # the last trusted seq; None: the next frame starts anew
+    restart_probe: int = -1  # the seq that confirms a restart below last_seq; -1 for none
+
+
+@dataclass(slots=True)
 class _Stream:
     epoch: int
-    last_seq: int | None  # the last trusted seq; None: the next accepted frame starts anew
     next_order: int
     last_seen_ns: int
-    restart_probe: int = -1  # the seq that confirms a restart below last_seq; -1 for none
+    runs: dict[str | None, _RunSeq] = field(default_factory=dict)
+    """By run id, the run with the oldest frame first; at most :data:`MAX_RUNS`."""
     ended: bool = False  # its end of stream came and no frame since
 
 
@@ -169,39 +187,64 @@ class SourceTracker:
                     self._refuse(frame)
                     return True
                 stream = self._open(frame.source, frame.received_at_ns)
-            last = stream.last_seq
-            if _refused(frame) and (last is None or frame.seq != last + 1):
-                self._place(frame, stream)
-                return True
-            # No trusted seq (a new stream, or the first frame after an end of stream): any.
-            if last is not None and not self._follows(frame, stream, last):
+            if _refused(frame):
+                run = stream.runs.get(frame.run)
+                if run is None or run.last_seq is None or frame.seq != run.last_seq + 1:
+                    self._place(frame, stream)
+                    return True
+            else:
+                run = self._run(stream, frame)
+            last = run.last_seq
+            # No trusted seq (a new run, or the first frame after an end of stream): any.
+            if last is not None and not self._follows(frame, run, last):
                 return False
-            stream.last_seq, stream.restart_probe, stream.ended = frame.seq, -1, False
+            run.last_seq, run.restart_probe, stream.ended = frame.seq, -1, False
             stream.last_seen_ns = frame.received_at_ns
             self._place(frame, stream)
             return True
 
-    def _follows(self, frame: Frame, stream: _Stream, last: int) -> bool:
-        """Under the lock: judge ``frame.seq`` after the trusted ``last`` (module docstring),
-        counting a restart, a gap or a stale frame; False when it is stale."""
-        if _restarts(frame.seq, last, stream.restart_probe):
-            self._restarts += 1
-            if (suppressed := self._restart_lines.take()) is not None:
-                _log.info(
-                    "source_restarted",
-                    source=logged(frame.source),
-                    last_seq=last,
-                    seq=frame.seq,
-                    suppressed=suppressed,
-                )
+    def _run(self, stream: _Stream, frame: Frame) -> _RunSeq:
+        """Under the lock: the ``seq`` state of ``frame``'s run, made the most recent; a run
+        the source has not had is a restart (unless it follows an end of stream), and
+        forgets the oldest beyond :data:`MAX_RUNS`."""
+        runs = stream.runs
+        run = runs.pop(frame.run, None)
+        if run is None:
+            if runs and not stream.ended:
+                self._restarted(frame, None)
+            if len(runs) >= MAX_RUNS:
+                del runs[next(iter(runs))]
+            run = _RunSeq()
+        runs[frame.run] = run
+        return run
+
+    def _follows(self, frame: Frame, run: _RunSeq, last: int) -> bool:
+        """Under the lock: judge ``frame.seq`` after the trusted ``last`` of its run (module
+        docstring), counting a restart, a gap or a stale frame; False when it is stale."""
+        if _restarts(frame.seq, last, run.restart_probe):
+            self._restarted(frame, last)
         elif frame.seq <= last:
             self._stale += 1
             far = last - frame.seq >= MAX_MISORDER
-            stream.restart_probe = frame.seq + 1 if far else -1
+            run.restart_probe = frame.seq + 1 if far else -1
             return False
         else:
             self._gaps += frame.seq - last - 1
         return True
+
+    def _restarted(self, frame: Frame, last: int | None) -> None:
+        """Under the lock: count a restart of ``frame``'s producer, and log it within the
+        budget; ``last`` is the run's last ``seq``, None for a new run."""
+        self._restarts += 1
+        if (suppressed := self._restart_lines.take()) is not None:
+            _log.info(
+                "source_restarted",
+                source=logged(frame.source),
+                run=frame.run,
+                last_seq=last,
+                seq=frame.seq,
+                suppressed=suppressed,
+            )
 
     def _refuse(self, frame: Frame) -> None:
         """Under the lock: fail ``frame``, of a new source beyond ``max_sources``, and log it
@@ -222,7 +265,7 @@ class SourceTracker:
             )
 
     def end(self, eos: EndOfStream) -> None:
-        """Place ``eos`` after the source's last frame; the source's next frame starts the
+        """Place ``eos`` after the source's last frame; the next frame of its run starts the
         ``seq`` count anew, in the same order. An end of stream of a source not tracked
         (never seen, forgotten, or refused beyond ``max_sources``) gets no place and opens
         no stream."""
@@ -230,7 +273,9 @@ class SourceTracker:
             stream = self._streams.get(eos.source)
             if stream is not None:
                 self._place(eos, stream)
-                stream.last_seq, stream.restart_probe, stream.ended = None, -1, True
+                if (run := stream.runs.get(eos.run)) is not None:
+                    run.last_seq, run.restart_probe = None, -1
+                stream.ended = True
 
     def evict_idle(self, now_ns: int | None = None) -> list[str]:
         """Forget sources idle for longer than ``idle_evict_s`` whose items have left (module
@@ -264,7 +309,7 @@ class SourceTracker:
             return SourceStats(self._gaps, self._stale, self._restarts, active)
 
     def _open(self, source: str, now_ns: int) -> _Stream:
-        stream = _Stream(next(self._epochs), None, 0, now_ns)
+        stream = _Stream(next(self._epochs), 0, now_ns)
         self._streams[source] = stream
         return stream
 

@@ -4,7 +4,8 @@ Ingress message, multipart ``[header, payload]`` (a SUB ingress has a topic part
 ``header`` is a JSON object with ``v`` (1), ``source`` (str), ``seq`` (int), ``encoding``
 (``jpeg`` | ``png`` | ``raw``) and, for ``raw``, ``shape`` (``[h, w]`` or ``[h, w, c]``),
 ``dtype`` (``uint8`` | ``uint16``) and ``color`` (``bgr`` | ``rgb`` | ``gray``); optional
-``ts`` (Unix s) and ``meta`` (object, echoed back). End of stream is a header with
+``ts`` (Unix s), ``meta`` (object, echoed back) and ``run`` (the producer's run id: ``seq``
+counts per run, see :mod:`streamer.scheduling.sources`). End of stream is a header with
 ``"eos": true`` and no payload.
 
 A message that is not exactly ``[header]`` (end of stream) or ``[header, payload]`` (a frame)
@@ -57,6 +58,8 @@ MAX_SEQ = 2**53 - 1
 MAX_META_DEPTH = 32
 """Deepest nesting of objects and arrays in an echoed ``meta`` (``{}`` is 1): results must
 stay encodable (orjson refuses more than 254 levels) and cheap to walk for any consumer."""
+MAX_RUN_CHARS = 64
+"""Longest ``run`` id, in characters."""
 DROPPED_DETAIL = "dropped on arrival; no result follows"
 """The ``detail`` of a reply to a frame dropped at once (:func:`encode_ack`)."""
 _MAX_JSON_DEPTH = 1024
@@ -69,7 +72,7 @@ class Header:
     """A validated ingress header.
 
     Attributes:
-        source, seq, encoding, ts, meta: as on the wire.
+        source, seq, encoding, ts, meta, run: as on the wire (``run`` None when absent).
         eos: True for an end-of-stream message.
         fields: the whole JSON object (decoders read ``shape``, ``dtype``, ``color``).
     """
@@ -79,6 +82,7 @@ class Header:
     encoding: str
     ts: float | None
     meta: dict[str, Any] | None
+    run: str | None
     eos: bool
     fields: dict[str, Any]
 
@@ -147,7 +151,11 @@ def parse_header(raw: bytes | memoryview) -> Header:
         raise _bad("`meta` must be a JSON object")
     if meta and nested_deeper_than(meta, MAX_META_DEPTH):
         raise _bad(f"`meta` is nested deeper than {MAX_META_DEPTH} levels")
-    return Header(source, seq, encoding, None if ts is None else float(ts), meta, eos, obj)
+    run = obj.get("run")
+    if run is not None and (not isinstance(run, str) or not 0 < len(run) <= MAX_RUN_CHARS):
+        raise _bad(f"`run` must be a string of 1 to {MAX_RUN_CHARS} characters")
+    stamp = None if ts is None else float(ts)
+    return Header(source, seq, encoding, stamp, meta, run, eos, obj)
 
 
 def nested_deeper_than(value: Any, levels: int) -> bool:
@@ -207,7 +215,7 @@ def read_message(
         wrong = _bad(f"{layout}; got {len(parts)} parts")
         return _failed(wrong, header.source, header.seq, received_ns, received_at)
     if header.eos:
-        return EndOfStream(header.source, header.seq)
+        return EndOfStream(header.source, header.seq, run=header.run)
     return Frame(
         header.source,
         header.seq,
@@ -215,6 +223,7 @@ def read_message(
         received_at,
         ts=header.ts,
         meta=header.meta,
+        run=header.run,
         encoding=header.encoding,
         header=header.fields,
         payload=parts[1],
@@ -260,6 +269,7 @@ def encode_frame(
     ts: float | None = None,
     meta: dict[str, Any] | None = None,
     color: str = "bgr",
+    run: str | None = None,
 ) -> list[bytes | memoryview]:
     """Build the ``[header, payload]`` parts of one frame message (producers use this).
 
@@ -267,6 +277,7 @@ def encode_frame(
         payload: encoded image bytes (``jpeg``/``png``), or for ``raw`` a uint8 array of
             shape (h, w) or (h, w, c), sent in C order without a copy when contiguous.
         color: channel order of a ``raw`` array.
+        run: the producer's run id (1 to :data:`MAX_RUN_CHARS` characters), or None.
     """
     header: dict[str, Any] = {"v": PROTOCOL_VERSION, "source": source, "seq": seq}
     header["encoding"] = encoding
@@ -274,6 +285,8 @@ def encode_frame(
         header["ts"] = ts
     if meta is not None:
         header["meta"] = meta
+    if run is not None:
+        header["run"] = run
     if isinstance(payload, np.ndarray):
         array = np.ascontiguousarray(payload)
         header.update(shape=list(array.shape), dtype=str(array.dtype), color=color)
@@ -283,9 +296,12 @@ def encode_frame(
     return [dump_json(header), body]
 
 
-def encode_eos(source: str, seq: int) -> list[bytes]:
-    """Build an end-of-stream message for ``source`` whose last frame was ``seq``."""
-    header = {"v": PROTOCOL_VERSION, "source": source, "seq": seq, "eos": True}
+def encode_eos(source: str, seq: int, run: str | None = None) -> list[bytes]:
+    """Build an end-of-stream message for ``source`` whose last frame was ``seq`` (of the
+    producer's ``run``, when it has one)."""
+    header: dict[str, Any] = {"v": PROTOCOL_VERSION, "source": source, "seq": seq, "eos": True}
+    if run is not None:
+        header["run"] = run
     return [dump_json(header)]
 
 
@@ -296,7 +312,8 @@ def _ms(delta_ns: int) -> float:
 def encode_result(frame: Frame, done_at_ns: int) -> list[bytes]:
     """Build the ``[topic, json]`` result message of a finished or failed frame.
 
-    JSON fields: ``v``, ``source``, ``seq``, ``ts``, ``received_at`` and ``done_at`` (Unix s),
+    JSON fields: ``v``, ``source``, ``seq``, ``run`` (null when the header had none), ``ts``,
+    ``received_at`` and ``done_at`` (Unix s),
     ``latency_ms`` {``queue``: receive → inference start, ``infer``: the batch's execution,
     ``total``: receive → result}, ``model``, ``width`` and ``height`` of the decoded image
     (pixels), the model's results (e.g. ``detections``), ``meta`` and ``error`` (null or
@@ -309,6 +326,7 @@ def encode_result(frame: Frame, done_at_ns: int) -> list[bytes]:
         "v": PROTOCOL_VERSION,
         "source": frame.source,
         "seq": frame.seq,
+        "run": frame.run,
         "ts": frame.ts,
         "received_at": frame.received_at,
         "done_at": frame.received_at + total_ns / 1e9,
@@ -327,6 +345,6 @@ def encode_result(frame: Frame, done_at_ns: int) -> list[bytes]:
 
 def encode_eos_result(eos: EndOfStream) -> list[bytes]:
     """Build the ``eos`` result published after the last frame of a source."""
-    body = {"v": PROTOCOL_VERSION, "source": eos.source, "seq": eos.seq, "eos": True}
-    body["done_at"] = time.time()
+    body = {"v": PROTOCOL_VERSION, "source": eos.source, "seq": eos.seq, "run": eos.run}
+    body.update(eos=True, done_at=time.time())
     return [eos.source.encode(), dump_json(body)]

@@ -214,6 +214,43 @@ def test_restarting_producers_resume_in_order_with_gaps_reported(
     assert final["source_restarts"] == 2 and final["seq_gaps"] == 5
 
 
+def test_a_restarted_producer_loses_no_frame_among_its_old_backlog(
+    start_daemon: Any, connect: Any, camera_jpegs: list[bytes]
+) -> None:
+    """A producer restarted (a new process, a new connection) while the daemon, pushing
+    back, still has its old connection's frames to read: ZeroMQ hands both connections'
+    frames over in turns. With ``run`` in the header, each run's ``seq`` is checked on its
+    own: every frame of both is published (without it, one count for both dropped frames
+    as ``stale_seq``), each run's results in its ``seq`` order, one restart counted."""
+    daemon = start_daemon(daemon_extra="queue_size = 8", ingress_extra="hwm = 10")
+    client: Client = connect(daemon)
+    context = zmq.Context()
+    old, new = context.socket(zmq.PUSH), context.socket(zmq.PUSH)
+    try:
+        for push in (old, new):
+            push.setsockopt(zmq.SNDHWM, 1000)
+            push.connect(daemon.ingress)
+        for seq in range(1000, 1120):
+            jpeg = camera_jpegs[seq % len(camera_jpegs)]
+            old.send_multipart(encode_frame("cam", seq, jpeg, encoding="jpeg", run="old"))
+        for seq in range(60):
+            jpeg = camera_jpegs[seq % len(camera_jpegs)]
+            new.send_multipart(encode_frame("cam", seq, jpeg, encoding="jpeg", run="new"))
+        results = client.collect(180, timeout_s=60)
+    finally:
+        old.close(linger=0)
+        new.close(linger=0)
+        context.term()
+    runs = [r["run"] for r in results]
+    assert runs.index("new") < len(runs) - 1 - runs[::-1].index("old"), "never interleaved"
+    for run, seqs in (("old", range(1000, 1120)), ("new", range(60))):
+        assert [r["seq"] for r in results if r["run"] == run] == list(seqs)
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["dropped"] == 0 and final["stale_frames"] == 0
+    assert final["source_restarts"] == 1
+
+
 def test_sighup_swaps_the_model_without_losing_a_frame(
     start_daemon: Any, connect: Any, astronaut: np.ndarray
 ) -> None:

@@ -129,6 +129,7 @@ def test_producer_sends_valid_frames_then_eos(
 
     assert [header.seq for header, _ in frames] == [0, 1, 2, 3, 4]
     assert (eos.source, eos.seq, len(eos_parts)) == ("carphone", 4, 1)
+    assert len({eos.run, *(header.run for header, _ in frames)}) == 1 and eos.run
     assert stats.frames == 5
     assert stats.bytes_sent == sum(len(part) for _, parts in frames for part in parts)
     for (header, (_, payload)), original in zip(frames, carphone_frames[:5], strict=True):
@@ -212,8 +213,8 @@ def test_producer_misuse_is_a_clear_error(context: Context, astronaut: np.ndarra
     ZMQError, after the producer's own context was made and leaked); an empty image, or a
     send after close, is a ClientError (was a cv2.error / a raw ZMQError)."""
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    for bad in ({"send_timeout_s": -1}, {"sndhwm": -5}, {"close_timeout_s": 0}):
-        with pytest.raises(ValueError, match="must be"):
+    for bad in ({"send_timeout_s": -1}, {"sndhwm": -5}, {"close_timeout_s": 0}, {"run": ""}):
+        with pytest.raises(ValueError, match="must"):
             Producer(endpoint, source="cam", **bad)  # type: ignore[arg-type]
     producer = Producer(endpoint, source="cam", context=context)
     with pytest.raises(ClientError, match="an empty image"):
@@ -364,9 +365,11 @@ def test_open_input_resolves_every_kind(tmp_path: Path, assets: dict[str, Path])
 # --- subscriber ---------------------------------------------------------------------------
 
 
-def _result(source: str, seq: int, *, faces: int = 1, total_ms: float = 5.0) -> list[bytes]:
+def _result(
+    source: str, seq: int, *, faces: int = 1, total_ms: float = 5.0, run: str | None = None
+) -> list[bytes]:
     detections = [{"box": [40, 30, 50, 60], "score": 0.9, "keypoints": [[60, 50]]}] * faces
-    body = {"v": 1, "source": source, "seq": seq, "latency_ms": {"total": total_ms}}
+    body = {"v": 1, "source": source, "seq": seq, "run": run, "latency_ms": {"total": total_ms}}
     body.update(detections=detections, error=None)
     return [source.encode(), json.dumps(body).encode()]
 
@@ -454,6 +457,17 @@ def test_summary_follows_the_daemon_across_a_restart_or_an_end_of_stream() -> No
         summary.add(json.loads(message[1]))
     assert summary.out_of_order == 2
     assert summary.per_source == {"cam": 17} and summary.eos == {"cam"}
+
+
+def test_summary_counts_seq_per_run() -> None:
+    """A restarted producer's results among those of the run it replaced, which the daemon
+    still had queued: each run's seq rises, so none is out of order."""
+    old = [_result("cam", seq, run="r1") for seq in (500, 501, 502)]
+    new = [_result("cam", seq, run="r2") for seq in (0, 1, 2)]
+    summary = Summary()
+    for message in [old[0], new[0], old[1], new[1], new[2], old[2], _result("cam", 1, run="r2")]:
+        summary.add(json.loads(message[1]))
+    assert summary.out_of_order == 1 and summary.per_source == {"cam": 7}
 
 
 def test_subscriber_stops_after_count_or_idle_timeout(

@@ -4,11 +4,11 @@ from structlog.testing import capture_logs
 
 from streamer.errors import FrameError, Reason
 from streamer.frames import EndOfStream, Frame
-from streamer.scheduling.sources import MAX_DROPOUT, MAX_MISORDER, SourceTracker
+from streamer.scheduling.sources import MAX_DROPOUT, MAX_MISORDER, MAX_RUNS, SourceTracker
 
 
-def frame(source: str, seq: int, at_ns: int = 0) -> Frame:
-    return Frame(source, seq, at_ns or time.monotonic_ns(), time.time())
+def frame(source: str, seq: int, at_ns: int = 0, run: str | None = None) -> Frame:
+    return Frame(source, seq, at_ns or time.monotonic_ns(), time.time(), run=run)
 
 
 def test_in_order_gaps_and_stale() -> None:
@@ -117,6 +117,63 @@ def test_after_an_end_of_stream_the_next_clip_starts_anew_in_the_same_order() ->
     assert tracker.evict_idle(now_ns=time.monotonic_ns() + 61 * 10**9) == ["a"]
     again = frame("a", 0)
     assert tracker.admit(again) and again.epoch != last.epoch and again.order == 0
+
+
+def test_a_new_run_is_a_restart_and_the_old_runs_backlog_is_not_stale() -> None:
+    """A producer restarted while its old connection's frames are still queued: ZeroMQ hands
+    both over in turns. With ``run`` each is checked against its own count: no frame is
+    stale, one restart is counted, and all keep the arrival order."""
+    tracker = SourceTracker(idle_evict_s=60)
+    old = [frame("a", s, run="r1") for s in range(500, 505)]
+    new = [frame("a", s, run="r2") for s in range(5)]
+    arrived = [old[0], old[1], new[0], old[2], new[1], new[2], old[3], old[4], new[3], new[4]]
+    with capture_logs() as logs:
+        assert all(tracker.admit(f) for f in arrived)
+    assert [f.order for f in arrived] == list(range(10))
+    assert len({f.epoch for f in arrived}) == 1
+    stats = tracker.stats()
+    assert (stats.restarts, stats.seq_gaps, stats.stale) == (1, 0, 0)
+    assert [(e["run"], e["seq"]) for e in logs if e["event"] == "source_restarted"] == [("r2", 0)]
+    assert not tracker.admit(frame("a", 503, run="r1"))  # a duplicate of its run
+    assert not tracker.admit(frame("a", 4, run="r2"))
+
+
+def test_without_run_the_old_backlog_reads_as_stale() -> None:
+    """The same restart without ``run``: one count for both, so frames of the one behind
+    the other's last are stale (here the new run's, after an old frame read as a gap)."""
+    tracker = SourceTracker(idle_evict_s=60)
+    arrived = [frame("a", 500), frame("a", 0), frame("a", 501), frame("a", 1)]
+    assert [tracker.admit(f) for f in arrived] == [True, True, True, False]
+
+
+def test_a_new_run_after_an_end_of_stream_is_no_restart() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    assert tracker.admit(frame("a", 0, run="r1"))
+    tracker.end(EndOfStream("a", 0, run="r1"))
+    assert tracker.admit(frame("a", 9, run="r2")) and tracker.admit(frame("a", 3, run="r1"))
+    stats = tracker.stats()
+    assert (stats.restarts, stats.seq_gaps, stats.stale) == (0, 0, 0)
+
+
+def test_a_source_keeps_the_seq_of_its_latest_runs_only() -> None:
+    """A producer restarting in a loop cannot grow its source's state: beyond ``MAX_RUNS``
+    the run with the oldest frame is forgotten, and a frame of it counts as a new run."""
+    tracker = SourceTracker(idle_evict_s=60)
+    for run in range(MAX_RUNS + 1):
+        assert tracker.admit(frame("a", 10, run=f"r{run}"))
+    assert tracker.stats().restarts == MAX_RUNS
+    assert tracker.admit(frame("a", 10, run=f"r{MAX_RUNS}")) is False  # still known
+    assert tracker.admit(frame("a", 10, run="r0"))  # forgotten: not stale, a new run
+    assert tracker.stats().restarts == MAX_RUNS + 1
+
+
+def test_a_refused_header_moves_no_run_and_counts_no_restart() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    assert tracker.admit(frame("a", 0, run="r1"))
+    assert tracker.admit(refused("a", 1))  # its run could not be read: None
+    assert tracker.admit(frame("a", 1, run="r1"))
+    stats = tracker.stats()
+    assert (stats.restarts, stats.seq_gaps, stats.stale) == (0, 0, 0)
 
 
 def test_idle_sources_are_evicted() -> None:

@@ -25,7 +25,7 @@ def test_frame_round_trip_raw_array() -> None:
     header_raw, payload = encode_frame("cam", 7, image, encoding="raw", ts=1.5, meta={"k": 1})
     header = parse_header(header_raw)
     assert (header.source, header.seq, header.encoding, header.ts) == ("cam", 7, "raw", 1.5)
-    assert header.meta == {"k": 1} and not header.eos
+    assert header.meta == {"k": 1} and not header.eos and header.run is None
     assert header.fields["shape"] == [2, 3, 3] and header.fields["color"] == "bgr"
     assert bytes(payload) == image.tobytes()
 
@@ -48,6 +48,9 @@ def test_eos_header() -> None:
         b'{"v": 1, "source": "a", "seq": 0, "encoding": "gif"}',
         b'{"v": 1, "source": "a", "seq": 0, "encoding": "jpeg", "ts": NaN}',
         b'{"v": 1, "source": "a", "seq": 0, "encoding": "jpeg", "meta": [1]}',
+        b'{"v": 1, "source": "a", "seq": 0, "encoding": "jpeg", "run": ""}',
+        b'{"v": 1, "source": "a", "seq": 0, "encoding": "jpeg", "run": 7}',
+        b'{"v": 1, "source": "a", "seq": 0, "encoding": "jpeg", "run": "%s"}' % (b"r" * 65),
         b"{" * 100_000,
         b"[" * 60_000,
     ],
@@ -129,6 +132,21 @@ def test_read_message_frame_keeps_the_payload_as_a_view() -> None:
 def test_read_message_eos() -> None:
     item = _read(*encode_eos("cam", 9))
     assert isinstance(item, EndOfStream) and (item.source, item.seq) == ("cam", 9)
+
+
+def test_run_travels_from_header_to_results() -> None:
+    """A producer's ``run`` is read into the frame and its end of stream, and echoed in
+    their results (null for a producer that sends none)."""
+    run = "r" * 64
+    frame = _read(*encode_frame("cam", 3, b"\xff\xd8", encoding="jpeg", run=run))
+    eos = _read(*encode_eos("cam", 3, run=run))
+    assert isinstance(frame, Frame) and frame.error is None and frame.run == run
+    assert isinstance(eos, EndOfStream) and eos.run == run
+    assert json.loads(encode_result(frame, done_at_ns=10)[1])["run"] == run
+    assert json.loads(encode_eos_result(eos)[1])["run"] == run
+    plain = _read(*encode_frame("cam", 4, b"\xff\xd8", encoding="jpeg"))
+    assert isinstance(plain, Frame) and plain.run is None
+    assert json.loads(encode_result(plain, done_at_ns=10)[1])["run"] is None
 
 
 @pytest.mark.parametrize(
