@@ -72,19 +72,27 @@ def test_reloads_release_every_retired_chain(tmp_path: Path) -> None:
 
 def test_a_reload_sizes_the_prepare_ahead_window_for_its_first_stage(tmp_path: Path) -> None:
     """drop_oldest / latest frames prepared ahead: two batches of the chain's first stage and
-    two per decode worker, again after a reload that changes the batch size."""
+    two per decode worker, again after a reload that changes the batch size; the workers
+    are the pool's, which keeps its size until a restart, whatever the reload's
+    decode_workers."""
     short_and_full_range(tmp_path)
     text = (tmp_path / "blazeface_short_range.toml").read_text()
     text = text.replace("decode_workers = 0", "decode_workers = 3")
     eight = tmp_path / "eight.toml"
     eight.write_text(text)
     four = tmp_path / "four.toml"
-    four.write_text(text.replace("max_size = 8 ", "max_size = 4 "))
+    four.write_text(
+        text.replace("max_size = 8 ", "max_size = 4 ").replace(
+            "decode_workers = 3", "decode_workers = 1"
+        )
+    )
     pipeline = Pipeline.load(load_config(eight))
     try:
         pipeline.start()
         assert pipeline._inbox.prepare_ahead == 2 * (3 + 8)
-        assert pipeline.reload(load_config(four), threading.Event(), None)
+        # False: its decode_workers waits for a restart (reload_needs_restart); models swapped.
+        assert not pipeline.reload(load_config(four), threading.Event(), None)
+        assert pipeline.config.models[0].batch.max_size == 4
         assert pipeline._inbox.prepare_ahead == 2 * (3 + 4)
     finally:
         pipeline.stop(5.0)
