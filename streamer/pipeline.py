@@ -197,6 +197,7 @@ class Pipeline:
             self.reorder.close,
             daemon.max_sources,
         )
+        self.reorder.tracked = self.sources.tracks
         self._inbox = AdmissionQueue(
             daemon.queue_size,
             self.sources,

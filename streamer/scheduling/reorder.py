@@ -19,10 +19,12 @@ waits with it, so a subscriber that stops reading at the end of stream gets them
 
 A stream is forgotten once the source tracker has forgotten its epoch (:meth:`close`: it
 does so only when :meth:`released_through` says every frame it placed has left) and nothing
-of it is held; a frame of it that still comes (one given up on) is then late for another
-``idle_evict_s``. So a stream whose frames spend longer in the pipeline than the source's
-idle time is never forgotten under them (its next result would have waited for orders long
-published).
+of it is held; a frame of it that still comes (one given up on) is then late, and so is
+one of a stream the tracker no longer tracks (:attr:`ReorderBuffer.tracked`: it forgets a
+source whose frame is stuck after ten idle times), which would otherwise open the stream
+anew at order 0, give up on every order before its own and never be forgotten. So a stream
+whose frames spend longer in the pipeline than the source's idle time is never forgotten
+under them (its next result would have waited for orders long published).
 
 Only the egress thread calls :meth:`push` and :meth:`expire`; :meth:`skip`, :meth:`close` and
 :meth:`released_through` are thread-safe.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,10 +81,14 @@ class ReorderBuffer:
 
     Attributes:
         window: as given; a reload that changes the chain sets it anew.
+        tracked: whether the source tracker still tracks a stream ``(source, epoch)``
+            (:meth:`~streamer.scheduling.sources.SourceTracker.tracks`); asked, from the
+            egress thread, only for a stream this buffer does not hold. By default all are.
     """
 
     def __init__(self, window: int, timeout_s: float, idle_evict_s: float) -> None:
         self.window = window
+        self.tracked: Callable[[tuple[str, int]], bool] = lambda key: True
         self._timeout_ns = int(timeout_s * 1e9)
         self._idle_ns = int(idle_evict_s * 1e9)
         self._streams: dict[tuple[str, int], _Stream] = {}
@@ -122,7 +129,7 @@ class ReorderBuffer:
         now = time.monotonic_ns()
         released = self._apply_skips(now)
         key = (item.source, item.epoch)
-        if key in self._forgotten:
+        if self._gone(key):
             self.late += 1
             return [*released, item]
         stream = self._stream(key, now)
@@ -146,11 +153,8 @@ class ReorderBuffer:
         released = self._apply_skips(now)
         for key, stream in list(self._streams.items()):
             released += self._expire_given_up(stream, now)
-            if _waited(stream.held_at, now, self._timeout_ns) or _waited(
-                stream.skipped_at, now, self._idle_ns
-            ):
-                released += self._give_up(stream, now)
-            elif not stream.held and stream.closed:
+            released += self._expire_held(stream, now)
+            if not stream.held and stream.closed:
                 self._forgotten[key] = now
                 del self._streams[key]
         for key, forgotten_ns in list(self._forgotten.items()):
@@ -171,6 +175,10 @@ class ReorderBuffer:
     def held(self) -> int:
         """Items waiting for an earlier one (a gauge)."""
         return sum(len(s.held) for s in self._streams.values())
+
+    def _gone(self, key: tuple[str, int]) -> bool:
+        """Whether the stream ``key`` was forgotten: by this buffer, or by the tracker."""
+        return key not in self._streams and (key in self._forgotten or not self.tracked(key))
 
     def _stream(self, key: tuple[str, int], now: int) -> _Stream:
         stream = self._streams.get(key)
@@ -193,7 +201,7 @@ class ReorderBuffer:
                 stream.closed = True
         released: list[Item] = []
         for key, order in skipped:
-            if key in self._forgotten:
+            if self._gone(key):
                 continue
             stream = self._stream(key, now)
             if order >= stream.next_order:
@@ -229,6 +237,18 @@ class ReorderBuffer:
         stream.given_up.update((order, now) for order in range(stream.next_order, first))
         stream.next_order = first
         return self._drain(stream)
+
+    def _expire_held(self, stream: _Stream, now: int) -> list[Item]:
+        """Give up on what is missing before held items that waited ``timeout_s`` (places
+        alone ``idle_evict_s``), gap after gap; not while the next item is an end of stream
+        that waits for frames given up on: they have ``timeout_s`` of their own."""
+        released: list[Item] = []
+        while stream.next_order not in stream.held and (
+            _waited(stream.held_at, now, self._timeout_ns)
+            or _waited(stream.skipped_at, now, self._idle_ns)
+        ):
+            released += self._give_up(stream, now)
+        return released
 
     def _came(self, stream: _Stream, order: int) -> list[Item]:
         """A frame given up on came late or was dropped: what waited for it alone."""

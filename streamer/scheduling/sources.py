@@ -303,6 +303,13 @@ class SourceTracker:
         left = self._released_through((source, stream.epoch)) >= stream.next_order
         return left or idle_ns > FORCED_EVICTION_FACTOR * self._idle_ns
 
+    def tracks(self, key: StreamKey) -> bool:
+        """Whether the stream ``(source, epoch)`` is its source's current one (any thread)."""
+        source, epoch = key
+        with self._lock:
+            stream = self._streams.get(source)
+            return stream is not None and stream.epoch == epoch
+
     def stats(self) -> SourceStats:
         with self._lock:
             active = sum(not stream.ended for stream in self._streams.values())

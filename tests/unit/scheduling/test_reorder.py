@@ -203,6 +203,58 @@ def test_dropped_places_alone_are_given_up_on_after_idle_evict_s() -> None:
     assert buffer.released_through(("a", 0)) > 2
 
 
+def eos(order: int, source: str = "a", epoch: int = 0) -> EndOfStream:
+    item = EndOfStream(source, order)
+    item.epoch, item.order = epoch, order
+    return item
+
+
+def test_an_end_of_stream_waits_timeout_s_after_the_give_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Frame 0 runs long; the end of stream behind it is held, then frame 0 is given up on
+    ``timeout_s`` later: the end of stream waits ``timeout_s`` more for it (its own wait ran
+    out one tick after the give-up, and it was published before frame 0)."""
+    clock = [0]
+    monkeypatch.setattr(reorder, "time", SimpleNamespace(monotonic_ns=lambda: clock[0]))
+    buffer = ReorderBuffer(window=4096, timeout_s=1, idle_evict_s=60)
+    released = buffer.push(frame(1)) + buffer.push(eos(2))
+    for tick in range(1, 150):  # the egress loop's ticks, 10 ms apart, for 1.5 s
+        clock[0] = tick * 10_000_000
+        released += buffer.expire()
+    released += buffer.push(frame(0))  # given up on at 1 s, comes at 1.5 s
+    assert [(type(i).__name__, i.order) for i in released] == [
+        ("Frame", 1),
+        ("Frame", 0),
+        ("EndOfStream", 2),
+    ]
+    assert buffer.gave_up == buffer.late == 1
+
+
+def test_gaps_that_waited_are_given_up_on_in_one_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0]
+    monkeypatch.setattr(reorder, "time", SimpleNamespace(monotonic_ns=lambda: clock[0]))
+    buffer = ReorderBuffer(window=4096, timeout_s=1, idle_evict_s=60)
+    for order in (1, 3, 5):  # 0, 2 and 4 missing
+        buffer.push(frame(order))
+    clock[0] = 10**9
+    assert orders(buffer.expire()) == [1, 3, 5] and buffer.gave_up == 3
+
+
+def test_a_frame_of_a_stream_the_tracker_forgot_is_late() -> None:
+    """A frame stuck so long that its source was forgotten anyway (ten idle times), and
+    this buffer's memory of the stream expired: it is published at once, as late. It used to
+    open the stream anew at order 0, give up on every order before its own (a dict entry
+    each) and pin the stream, never closed again, for good."""
+    buffer = ReorderBuffer(window=4096, timeout_s=1, idle_evict_s=1)
+    buffer.tracked = lambda key: key != ("a", 0)
+    assert orders(buffer.push(frame(100_000))) == [100_000]
+    buffer.skip(frame(100_001))
+    assert buffer.expire() == [] and buffer.held() == 0
+    assert buffer.late == 1 and buffer.gave_up == 0 and buffer.released_through(("a", 0)) == 0
+    assert orders(buffer.push(frame(0, source="b"))) == [0]  # streams it tracks open as ever
+
+
 def test_a_stream_is_forgotten_only_once_its_source_tracker_closed_it() -> None:
     """Idle for long with a frame of it still in the pipeline: the stream stays, so that
     frame's result is released in its place (a stream forgotten under it, then met again,

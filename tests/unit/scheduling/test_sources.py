@@ -329,3 +329,15 @@ def test_a_flood_of_new_sources_logs_ten_lines_of_its_ids_cut_short() -> None:
     assert all(e["log_level"] == "warning" and e["max_sources"] == 1 for e in logs)
     assert logs[0]["source"] == f"00000{'x' * 251}… (60005 characters)"
     assert tracker.stats().active_sources == 1
+
+
+def test_tracks_says_whether_a_stream_is_its_sources_current_one() -> None:
+    tracker = SourceTracker(idle_evict_s=1.0)
+    first = frame("a", 0, at_ns=1)
+    tracker.admit(first)
+    key = (first.source, first.epoch)
+    assert tracker.tracks(key) and not tracker.tracks(("b", first.epoch))
+    tracker.evict_idle(now_ns=5_000_000_000)
+    again = frame("a", 0)
+    tracker.admit(again)
+    assert not tracker.tracks(key) and tracker.tracks(("a", again.epoch))
