@@ -265,16 +265,16 @@ class SourceTracker:
             )
 
     def end(self, eos: EndOfStream) -> None:
-        """Place ``eos`` after the source's last frame; the next frame of its run starts the
-        ``seq`` count anew, in the same order. An end of stream of a source not tracked
+        """Place ``eos`` after the source's last frame; its next frame, of any run (an
+        ``eos`` that names none, or another, ends them all), starts the ``seq`` count anew,
+        in the same order, and is no restart. An end of stream of a source not tracked
         (never seen, forgotten, or refused beyond ``max_sources``) gets no place and opens
         no stream."""
         with self._lock:
             stream = self._streams.get(eos.source)
             if stream is not None:
                 self._place(eos, stream)
-                if (run := stream.runs.get(eos.run)) is not None:
-                    run.last_seq, run.restart_probe = None, -1
+                stream.runs.clear()
                 stream.ended = True
 
     def evict_idle(self, now_ns: int | None = None) -> list[str]:

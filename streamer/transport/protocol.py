@@ -171,21 +171,23 @@ def nested_deeper_than(value: Any, levels: int) -> bool:
     return False
 
 
-def source_of_unparsable(raw: bytes | memoryview) -> tuple[str, int]:
-    """Best-effort (source, seq) of a header that failed validation, for its error result:
-    ``("", -1)`` for what is not known (also for a header over :data:`MAX_HEADER_BYTES`)."""
+def source_of_unparsable(raw: bytes | memoryview) -> tuple[str, int, str | None]:
+    """Best-effort (source, seq, run) of a header that failed validation, for its error
+    result: ``""``, -1 and None for what is not known (all three for a header over
+    :data:`MAX_HEADER_BYTES`)."""
     if len(raw) > MAX_HEADER_BYTES:
-        return "", -1
+        return "", -1, None
     try:
         obj = load_json(bytes(raw), "header")
     except FrameError:
-        return "", -1
+        return "", -1, None
     if not isinstance(obj, dict):
-        return "", -1
-    source, seq = obj.get("source"), obj.get("seq")
+        return "", -1, None
+    source, seq, run = obj.get("source"), obj.get("seq"), obj.get("run")
     return (
         source if isinstance(source, str) else "",
         seq if isinstance(seq, int) and not isinstance(seq, bool) else -1,
+        run if isinstance(run, str) and 0 < len(run) <= MAX_RUN_CHARS else None,
     )
 
 
@@ -213,7 +215,7 @@ def read_message(
     if len(parts) != (1 if header.eos else 2):
         layout = "end of stream is [header]" if header.eos else "a frame is [header, payload]"
         wrong = _bad(f"{layout}; got {len(parts)} parts")
-        return _failed(wrong, header.source, header.seq, received_ns, received_at)
+        return _failed(wrong, header.source, header.seq, header.run, received_ns, received_at)
     if header.eos:
         return EndOfStream(header.source, header.seq, run=header.run)
     return Frame(
@@ -231,9 +233,14 @@ def read_message(
 
 
 def _failed(
-    error: FrameError, source: str, seq: int, received_ns: int, received_at: float
+    error: FrameError,
+    source: str,
+    seq: int,
+    run: str | None,
+    received_ns: int,
+    received_at: float,
 ) -> Frame:
-    frame = Frame(source, seq, received_ns, received_at)
+    frame = Frame(source, seq, received_ns, received_at, run=run)
     frame.fail(error)
     return frame
 

@@ -150,9 +150,10 @@ def test_a_new_run_after_an_end_of_stream_is_no_restart() -> None:
     tracker = SourceTracker(idle_evict_s=60)
     assert tracker.admit(frame("a", 0, run="r1"))
     tracker.end(EndOfStream("a", 0, run="r1"))
-    assert tracker.admit(frame("a", 9, run="r2")) and tracker.admit(frame("a", 3, run="r1"))
+    assert tracker.admit(frame("a", 9, run="r2"))
     stats = tracker.stats()
     assert (stats.restarts, stats.seq_gaps, stats.stale) == (0, 0, 0)
+    assert tracker.admit(frame("a", 0, run="r1"))  # ended: a new run again, not stale
 
 
 def test_a_source_keeps_the_seq_of_its_latest_runs_only() -> None:
@@ -165,6 +166,29 @@ def test_a_source_keeps_the_seq_of_its_latest_runs_only() -> None:
     assert tracker.admit(frame("a", 10, run=f"r{MAX_RUNS}")) is False  # still known
     assert tracker.admit(frame("a", 10, run="r0"))  # forgotten: not stale, a new run
     assert tracker.stats().restarts == MAX_RUNS + 1
+
+
+def test_an_end_of_stream_ends_every_run_of_its_source() -> None:
+    """An ``eos`` without ``run`` (a tool that sends none) or of another run: the next clip
+    of the run that sent frames starts anew (it was stale against that run's old count)."""
+    for ending in (None, "other"):
+        tracker = SourceTracker(idle_evict_s=60)
+        assert all(tracker.admit(frame("a", seq, run="live")) for seq in range(200))
+        tracker.end(EndOfStream("a", 199, run=ending))
+        assert tracker.admit(frame("a", 5, run="live"))
+        stats = tracker.stats()
+        assert (stats.restarts, stats.seq_gaps, stats.stale) == (0, 0, 0)
+
+
+def test_a_refused_next_seq_moves_its_run() -> None:
+    tracker = SourceTracker(idle_evict_s=60)
+    assert tracker.admit(frame("a", 0, run="r")) and tracker.admit(frame("a", 1, run="r"))
+    bad = refused("a", 2)
+    bad.run = "r"
+    assert tracker.admit(bad) and tracker.admit(frame("a", 3, run="r"))
+    assert not tracker.admit(frame("a", 2, run="r"))
+    stats = tracker.stats()
+    assert (stats.restarts, stats.seq_gaps, stats.stale) == (0, 0, 1)
 
 
 def test_a_refused_header_moves_no_run_and_counts_no_restart() -> None:

@@ -89,8 +89,10 @@ def test_nested_deeper_than_counts_containers() -> None:
 
 
 def test_source_of_unparsable_is_best_effort() -> None:
-    assert source_of_unparsable(b'{"source": "a", "seq": 3, "v": 9}') == ("a", 3)
-    assert source_of_unparsable(b"garbage") == ("", -1)
+    assert source_of_unparsable(b'{"source": "a", "seq": 3, "v": 9}') == ("a", 3, None)
+    assert source_of_unparsable(b'{"source": "a", "seq": 3, "run": "r"}') == ("a", 3, "r")
+    assert source_of_unparsable(b'{"source": "a", "seq": 3, "run": ""}') == ("a", 3, None)
+    assert source_of_unparsable(b"garbage") == ("", -1, None)
 
 
 def test_result_fields_and_latency_split() -> None:
@@ -179,6 +181,15 @@ def test_read_message_malformed_is_one_bad_header_frame(
     assert isinstance(item, Frame) and item.error is not None
     assert item.error.reason == Reason.BAD_HEADER and detail in item.error.detail
     assert (item.source, item.seq, item.payload) == (source, seq, None)
+
+
+def test_a_refused_frame_keeps_the_run_its_header_gives() -> None:
+    """Its error result names the run, and the source tracker checks its seq in that run
+    (a refused next seq moves the run's count; checked against no run, it made a gap)."""
+    three = _read(encode_frame("cam", 2, b"x", encoding="jpeg", run="r")[0], b"x", b"y")
+    invalid = _read(b'{"v": 1, "source": "s", "seq": 5, "encoding": "gif", "run": "r"}', b"x")
+    for item in (three, invalid):
+        assert isinstance(item, Frame) and item.error is not None and item.run == "r"
 
 
 def test_ack_says_what_the_ingress_decided() -> None:
