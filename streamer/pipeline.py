@@ -62,9 +62,6 @@ __all__ = [
     "reorder_timeout_s",
 ]
 
-_REORDER_TIMEOUT_S = 1.0
-"""The default reorder timeout (s), plus the backend's ``result_timeout_s`` if any."""
-
 _log = structlog.get_logger(__name__)
 _START_TIMEOUT_S = 10.0
 _ABORT_JOIN_S = 2.0
@@ -702,7 +699,11 @@ def _replica_key(replica: Replica) -> tuple[str, int, int]:
 
 
 def reorder_timeout_s(config: Config, backend: Backend) -> float:
-    """``daemon.reorder_timeout_s``, or when unset 1 s, plus, where the backend has a
+    """``daemon.reorder_timeout_s``, or when unset ``daemon.stall_timeout_s``: a frame that
+    long behind a later one of its source is as stuck as a stalled pipeline, while one behind
+    frames that leave a chain early (no detection, so no crop for the next stage) may
+    legitimately take seconds (1 s, the old default, published the shipped MTCNN chain's
+    results out of order at light load). Plus, where the backend has a
     ``result_timeout_s``, four times that and :data:`RETRY_WAIT_S`: on ACL a batch may wait
     behind a lost output (found only after ``result_timeout_ms``) on the replica it was sent
     to, then once more on the one it moved to (:meth:`Dispatcher.move`), then be lost itself,
@@ -712,7 +713,7 @@ def reorder_timeout_s(config: Config, backend: Backend) -> float:
         return config.daemon.reorder_timeout_s
     late_s = backend.result_timeout_s
     retried_s = 0.0 if late_s is None else 4 * late_s + RETRY_WAIT_S
-    return _REORDER_TIMEOUT_S + retried_s
+    return config.daemon.stall_timeout_s + retried_s
 
 
 def _reorder_window(config: Config) -> int:
