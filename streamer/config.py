@@ -364,7 +364,8 @@ class BatchConfig(_Strict):
     gears: tuple[int, ...] = Field(
         (),
         description="batch sizes a dynamic-batch model runs; () = the model's own, or "
-        "powers of two up to max_size",
+        "powers of two up to max_size; one whose input cannot fit in the machine's memory "
+        "fails at start",
     )
     strategy: Literal["upper", "nearest", "lower"] = Field(
         "upper", description="how a batch is cut into gears: pad up, nearest, or split down"

@@ -25,6 +25,7 @@ single operators on its outputs where they are (its parameters'
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -38,7 +39,7 @@ from streamer.errors import ConfigError, ModelError
 from streamer.frames import Frame
 from streamer.release import close_logged
 from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel
-from streamer.runtime.base import Tensor, release_inputs
+from streamer.runtime.base import Tensor, TensorInfo, release_inputs
 from streamer.runtime.ops.base import Operators
 from streamer.scheduling.chain import store_outputs
 from streamer.scheduling.policy import BatchPolicy
@@ -299,6 +300,7 @@ def _plug_in(
     """
     info = models[0][1].info
     policy = BatchPolicy.for_model(model_config.batch, info)
+    _check_batch_memory(policy, info, where)
     post = model_config.postprocess
     adapter = model_config.source.adapter
     is_items = post is not None and post.kind in ITEM_STAGES
@@ -319,6 +321,36 @@ def _plug_in(
         view = _image_view(info, upstream) if adapter == "tensor" else info
         postprocess = POSTPROCESSORS.create(post, view, f"{where}.postprocess", operators)
     return ModelStage(model_config, models, policy, preprocess, postprocess)
+
+
+def _check_batch_memory(policy: BatchPolicy, info: ModelInfo, where: str) -> None:
+    """Refuse a batch gear whose one execution's inputs cannot fit in this machine's memory
+    (the batcher allocates them for each execution: it failed at the first frame, and the
+    daemon stopped). Inputs with a dynamic dimension other than the batch are not counted.
+
+    Raises:
+        ConfigError: naming the gear, its bytes and the machine's memory.
+    """
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):  # no such figure on this system: nothing to check against
+        return
+    rows = policy.largest_execution
+    row_bytes = sum(_row_bytes(tensor) for tensor in info.inputs)
+    if rows * row_bytes > memory:
+        raise ConfigError(
+            f"{where}.batch: an execution of {rows} rows (gear {rows}, for max_size "
+            f"{policy.max_size}) needs {rows * row_bytes / 2**30:.1f} GiB of model input, "
+            f"more than this machine's {memory / 2**30:.1f} GiB: use gears up to max_size"
+        )
+
+
+def _row_bytes(tensor: TensorInfo) -> int:
+    """Bytes of one batch row of ``tensor``; 0 when another dimension is dynamic."""
+    try:
+        return tensor.nbytes(1)
+    except ValueError:
+        return 0
 
 
 def _preprocessor(model_config: ModelConfig, info: ModelInfo, where: str) -> Preprocessor:

@@ -73,6 +73,12 @@ class BatchPolicy:
         """Every batch size its executions can have: the gears, or 1 to ``max_size``."""
         return self.gears or tuple(range(1, self.max_size + 1))
 
+    @property
+    def largest_execution(self) -> int:
+        """The most rows one execution has: the first of a full batch (``max_size`` frames;
+        a gear never shrinks as the frames left grow, so no smaller batch has a bigger one)."""
+        return max(execution.rows for execution in self.plan(self.max_size))
+
     def plan(self, frames: int) -> list[Execution]:
         """The executions for a batch of ``frames`` frames (1 <= frames)."""
         if not self.gears:

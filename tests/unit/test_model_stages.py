@@ -190,3 +190,15 @@ def test_a_model_that_does_not_fit_in_graph_preprocessing_is_a_config_error(
         "model 'face': normalize = \"model\" cannot compose the preprocessing into "
         "mtcnn_onet.onnx: input 'input_3' has 48 channels, expected 3"
     )
+
+
+def test_a_gear_too_big_for_this_machine_fails_at_start(backend: Backend, tmp_path: Path) -> None:
+    """A gear of a million rows (183 GiB of BlazeFace input) passed the config check and
+    stopped the daemon at its first frame (MemoryError in the batcher)."""
+    text = (ROOT / "configs" / "default.toml").read_text()
+    path = tmp_path / "huge.toml"
+    path.write_text(text.replace("gears = []", "gears = [1000000]"))
+    with pytest.raises(ConfigError, match=r"models\[0\]\.batch: an execution of 1000000 rows"):
+        load_chain(backend, load_config(path))
+    path.write_text(text.replace("gears = []", "gears = [4, 16]"))
+    load(backend, load_config(path))  # a gear above max_size pads a full batch: allowed

@@ -238,6 +238,17 @@ def test_plans_per_strategy() -> None:
     assert BatchPolicy(8, 0, ()).plan(5)[0].rows == 5
 
 
+def test_the_largest_execution_is_a_full_batch_s_gear() -> None:
+    """What the batcher allocates at most for one execution, checked against memory at start:
+    no batch of up to ``max_size`` frames has more rows, whatever the strategy."""
+    for strategy in ("upper", "lower", "nearest"):
+        for gears in ((), (1, 4, 16), (2, 3, 5), (32,)):
+            policy = BatchPolicy(8, 0, gears, strategy)  # type: ignore[arg-type]
+            every = max(e.rows for n in range(1, 9) for e in policy.plan(n))
+            assert policy.largest_execution == every, (strategy, gears)
+    assert BatchPolicy(8, 0, (1, 4, 16)).largest_execution == 16
+
+
 def test_default_gears_for_a_free_batch_dim() -> None:
     tensor = TensorInfo("x", (-1, 2), np.dtype(np.float32))
     info = ModelInfo("free", (tensor,), (tensor,))
