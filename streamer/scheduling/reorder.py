@@ -128,11 +128,10 @@ class ReorderBuffer:
             return [item]
         now = time.monotonic_ns()
         released = self._apply_skips(now)
-        key = (item.source, item.epoch)
-        if self._gone(key):
+        stream = self._stream((item.source, item.epoch), now)
+        if stream is None:
             self.late += 1
             return [*released, item]
-        stream = self._stream(key, now)
         if item.order < stream.next_order:
             self.late += 1
             return [*released, item, *self._came(stream, item.order)]
@@ -176,13 +175,13 @@ class ReorderBuffer:
         """Items waiting for an earlier one (a gauge)."""
         return sum(len(s.held) for s in self._streams.values())
 
-    def _gone(self, key: tuple[str, int]) -> bool:
-        """Whether the stream ``key`` was forgotten: by this buffer, or by the tracker."""
-        return key not in self._streams and (key in self._forgotten or not self.tracked(key))
-
-    def _stream(self, key: tuple[str, int], now: int) -> _Stream:
+    def _stream(self, key: tuple[str, int], now: int) -> _Stream | None:
+        """The stream ``key``, opened if new; None if it was forgotten, by this buffer or
+        by the tracker."""
         stream = self._streams.get(key)
         if stream is None:
+            if key in self._forgotten or not self.tracked(key):
+                return None
             stream = self._streams[key] = _Stream(now)
         stream.last_ns = now
         return stream
@@ -201,9 +200,9 @@ class ReorderBuffer:
                 stream.closed = True
         released: list[Item] = []
         for key, order in skipped:
-            if self._gone(key):
-                continue
             stream = self._stream(key, now)
+            if stream is None:
+                continue
             if order >= stream.next_order:
                 self._hold(stream, order, _SKIPPED, now)
                 released += self._drain(stream)
