@@ -311,6 +311,8 @@ def _plug_in(
             f"{where}.postprocess.kind: a stage fed through the {adapter} adapter {needs} "
             f"({', '.join(ITEM_STAGES.names())}), got {kind!r}"
         )
+    if adapter == "crops":
+        _check_crops_source(model_config, upstream, where)
     if is_items:
         assert post is not None
         items = ITEM_STAGES.create(post, info, f"{where}.postprocess", operators)
@@ -321,6 +323,27 @@ def _plug_in(
         view = _image_view(info, upstream) if adapter == "tensor" else info
         postprocess = POSTPROCESSORS.create(post, view, f"{where}.postprocess", operators)
     return ModelStage(model_config, models, policy, preprocess, postprocess)
+
+
+def _check_crops_source(
+    model_config: ModelConfig, upstream: Sequence[ModelStage], where: str
+) -> None:
+    """A ``crops`` stage crops its upstream's detections: refuse an upstream whose results
+    have none (``mtcnn_classify``), behind which the stage would never run.
+
+    Raises:
+        ConfigError: naming the upstream stage and its postprocess kind.
+    """
+    name = model_config.source.upstream
+    source = next(stage for stage in upstream if stage.name == name)
+    plug_in = source.items or source.postprocess
+    if plug_in is None or not plug_in.detects:
+        post = source.config.postprocess
+        kind = post.kind if post is not None else None
+        raise ConfigError(
+            f"{where}.input: {model_config.input!r} crops the detections of {name!r}, whose "
+            f"postprocess ({kind!r}) has none: this stage would never run"
+        )
 
 
 def _check_batch_memory(policy: BatchPolicy, info: ModelInfo, where: str) -> None:

@@ -60,7 +60,13 @@ ItemOutputs = tuple[np.ndarray, ...]
 
 
 class ItemStage(Protocol):
-    """A stage that runs several items per frame. Implementations are thread-safe."""
+    """A stage that runs several items per frame. Implementations are thread-safe.
+
+    Attributes:
+        detects: whether its results have ``detections`` (boxes a ``crops`` stage can read).
+    """
+
+    detects: bool
 
     def items(
         self, image: np.ndarray, results: dict[str, Any]
@@ -107,6 +113,8 @@ class PNetStage:
             ``normalize`` sends (:func:`.mtcnn.layout.check_input`).
     """
 
+    detects = True
+
     def __init__(
         self, params: PNetParams, info: ModelInfo, operators: Operators | None = None
     ) -> None:
@@ -137,6 +145,8 @@ class RNetStage:
     Raises:
         ConfigError: as :class:`PNetStage`.
     """
+
+    detects = True
 
     def __init__(
         self, params: RNetParams, info: ModelInfo, operators: Operators | None = None
@@ -174,6 +184,8 @@ class ONetStage:
     Raises:
         ConfigError: as :class:`PNetStage`.
     """
+
+    detects = True
 
     def __init__(
         self, params: ONetStageParams, info: ModelInfo, operators: Operators | None = None
@@ -219,6 +231,8 @@ class FaceClassifier:
     Raises:
         ConfigError: as :class:`PNetStage`, or the input size is unknown (:class:`Crops`).
     """
+
+    detects = False  # a verdict on the whole frame, no boxes
 
     def __init__(self, params: ClassifyParams, info: ModelInfo) -> None:
         check_input(info, params.normalize)

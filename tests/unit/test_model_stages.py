@@ -202,3 +202,17 @@ def test_a_gear_too_big_for_this_machine_fails_at_start(backend: Backend, tmp_pa
         load_chain(backend, load_config(path))
     path.write_text(text.replace("gears = []", "gears = [4, 16]"))
     load(backend, load_config(path))  # a gear above max_size pads a full batch: allowed
+
+
+def test_a_crops_stage_behind_one_without_detections_fails_at_start(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """O-Net cropping the detections of R-Net used as a whole-frame classifier: there are
+    none, so it would never run; ``streamer check`` said ok."""
+    text = (ROOT / "configs" / "face_classifier.toml").read_text()
+    text += '\n[[models]]\nname = "onet"\nasset = "mtcnn_onet"\ninput = "rnet:crops"\n'
+    text += '[models.postprocess]\nkind = "mtcnn_onet"\n'
+    path = tmp_path / "classify_then_crops.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"models\[1\]\.input: 'rnet:crops' crops the"):
+        load_chain(backend, load_config(path))

@@ -19,7 +19,13 @@ __all__ = ["BlazeFace", "BlazeFaceParams", "Postprocessor"]
 
 
 class Postprocessor(Protocol):
-    """Turns one batch of model outputs into per-frame results; thread-safe."""
+    """Turns one batch of model outputs into per-frame results; thread-safe.
+
+    Attributes:
+        detects: whether its results have ``detections`` (boxes a ``crops`` stage can read).
+    """
+
+    detects: bool
 
     def __call__(
         self, outputs: Sequence[Tensor], transforms: Sequence[LetterboxTransform]

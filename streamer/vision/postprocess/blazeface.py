@@ -187,6 +187,8 @@ class BlazeFace:
             the shapes above for that variant; ``nms = "operator"`` without operators.
     """
 
+    detects = True
+
     def __init__(
         self, params: BlazeFaceParams, info: ModelInfo, operators: Operators | None = None
     ) -> None:
