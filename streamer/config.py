@@ -194,8 +194,8 @@ class DaemonConfig(_Strict):
         None,
         description="longest a source's results wait for a late earlier frame (dropped "
         "frames' places do not wait: they are given up on after source_idle_s); unset = "
-        "stall_timeout_s, on ACL plus four times runtime.options.result_timeout_ms and 1 s "
-        "(a lost batch is found only then, and may run again on another replica)",
+        "half of stall_timeout_s, on ACL plus four times runtime.options.result_timeout_ms "
+        "and 1 s (a lost batch is found only then, and may run again on another replica)",
     )
     max_consecutive_failures: PositiveCInt = Field(
         10,

@@ -699,11 +699,12 @@ def _replica_key(replica: Replica) -> tuple[str, int, int]:
 
 
 def reorder_timeout_s(config: Config, backend: Backend) -> float:
-    """``daemon.reorder_timeout_s``, or when unset ``daemon.stall_timeout_s``: a frame that
-    long behind a later one of its source is as stuck as a stalled pipeline, while one behind
-    frames that leave a chain early (no detection, so no crop for the next stage) may
+    """``daemon.reorder_timeout_s``, or when unset half of ``daemon.stall_timeout_s``: a frame
+    behind ones that leave a chain early (no detection, so no crop for the next stage) may
     legitimately take seconds (1 s, the old default, published the shipped MTCNN chain's
-    results out of order at light load). Plus, where the backend has a
+    results out of order at light load), and the results held behind a frame that long are
+    released before a source's held results would read as a stall (they count as completed
+    once published). Plus, where the backend has a
     ``result_timeout_s``, four times that and :data:`RETRY_WAIT_S`: on ACL a batch may wait
     behind a lost output (found only after ``result_timeout_ms``) on the replica it was sent
     to, then once more on the one it moved to (:meth:`Dispatcher.move`), then be lost itself,
@@ -713,7 +714,7 @@ def reorder_timeout_s(config: Config, backend: Backend) -> float:
         return config.daemon.reorder_timeout_s
     late_s = backend.result_timeout_s
     retried_s = 0.0 if late_s is None else 4 * late_s + RETRY_WAIT_S
-    return config.daemon.stall_timeout_s + retried_s
+    return config.daemon.stall_timeout_s / 2 + retried_s
 
 
 def _reorder_window(config: Config) -> int:

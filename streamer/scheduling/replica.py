@@ -74,7 +74,7 @@ RETRY_WAIT_S = 1.0
 rotation (recovering), before its frames fail: bounded, so that replicas retrying into each
 other cannot deadlock. Room comes as soon as a replica's enqueue thread takes its next batch
 (one execution's time, far less than this); a result that still comes after the reorder
-timeout (``stall_timeout_s`` by default; on ACL 4 x ``result_timeout_ms`` + 1 s more) is
+timeout (half ``stall_timeout_s`` by default; on ACL 4 x ``result_timeout_ms`` + 1 s more) is
 published out of order, not lost."""
 _POLL_S = 0.1
 _RETRY_LINES = LogBudget("batch_retried")

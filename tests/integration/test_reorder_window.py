@@ -40,16 +40,17 @@ def test_the_reorder_timeout_outlasts_the_backend_s_result_timeout(tmp_path: Pat
     timeout published its frames' error results out of order, after later frames and after
     the source's end of stream. It then runs again on another replica, where the same may
     happen: result_timeout_ms + 1 s published the retried results out of order. The base is
-    the stall timeout: 1 s published a chain's results out of order, as frames with no
-    detection left after the first stage, ahead of earlier ones still in the next stages."""
+    half the stall timeout: 1 s published a chain's results out of order, as frames with no
+    detection left after the first stage, ahead of earlier ones still in the next stages;
+    held results must leave before they read as a stall."""
     config = load_config(ROOT / "configs" / "default.toml")
-    stall_s = config.daemon.stall_timeout_s
+    base_s = config.daemon.stall_timeout_s / 2
     with open_backend(config.runtime) as onnx:
-        assert reorder_timeout_s(config, onnx) == stall_s == 30.0
+        assert reorder_timeout_s(config, onnx) == base_s == 15.0
     acl = RuntimeConfig(backend="acl-sim", options={"result_timeout_ms": 2000})
     with open_backend(acl) as simulated:
-        assert reorder_timeout_s(config, simulated) == stall_s + 4 * 2.0 + RETRY_WAIT_S
+        assert reorder_timeout_s(config, simulated) == base_s + 4 * 2.0 + RETRY_WAIT_S
         path = tmp_path / "default.toml"
         explicit = (ROOT / "configs" / "default.toml").read_text()
-        path.write_text(explicit.replace("# reorder_timeout_s = 30.0 ", "reorder_timeout_s = 0.5 "))
+        path.write_text(explicit.replace("# reorder_timeout_s = 15.0 ", "reorder_timeout_s = 0.5 "))
         assert reorder_timeout_s(load_config(path), simulated) == 0.5
