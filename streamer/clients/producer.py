@@ -32,7 +32,7 @@ from streamer.assets import media_path
 from streamer.clients.outbox import Outbox
 from streamer.errors import ClientError, SendTimeoutError
 from streamer.lifecycle import Closing
-from streamer.transport.protocol import ENCODINGS, MAX_RUN_CHARS, encode_eos, encode_frame
+from streamer.transport.protocol import ENCODINGS, RUN_RULE, encode_eos, encode_frame, is_run
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
@@ -250,8 +250,8 @@ class Producer(Closing):
             )
         if sndhwm < 1:
             raise ValueError(f"sndhwm must be >= 1, got {sndhwm}")
-        if run is not None and not 0 < len(run) <= MAX_RUN_CHARS:
-            raise ValueError(f"run must have 1 to {MAX_RUN_CHARS} characters, got {len(run)}")
+        if run is not None and not is_run(run):
+            raise ValueError(f"run must be {RUN_RULE}, got {run!r}")
         self.endpoint, self.source, self.encoding = endpoint, source, encoding
         self.run = uuid.uuid4().hex if run is None else run
         self.send_timeout_s, self.close_timeout_s = send_timeout_s, close_timeout_s

@@ -41,6 +41,7 @@ __all__ = [
     "encode_eos_result",
     "encode_frame",
     "encode_result",
+    "is_run",
     "dump_json",
     "load_json",
     "nested_deeper_than",
@@ -60,6 +61,8 @@ MAX_META_DEPTH = 32
 stay encodable (orjson refuses more than 254 levels) and cheap to walk for any consumer."""
 MAX_RUN_CHARS = 64
 """Longest ``run`` id, in characters."""
+RUN_RULE = f"a string of 1 to {MAX_RUN_CHARS} characters"
+"""What a ``run`` id must be (:func:`is_run`), for error messages."""
 DROPPED_DETAIL = "dropped on arrival; no result follows"
 """The ``detail`` of a reply to a frame dropped at once (:func:`encode_ack`)."""
 _MAX_JSON_DEPTH = 1024
@@ -152,10 +155,15 @@ def parse_header(raw: bytes | memoryview) -> Header:
     if meta and nested_deeper_than(meta, MAX_META_DEPTH):
         raise _bad(f"`meta` is nested deeper than {MAX_META_DEPTH} levels")
     run = obj.get("run")
-    if run is not None and (not isinstance(run, str) or not 0 < len(run) <= MAX_RUN_CHARS):
-        raise _bad(f"`run` must be a string of 1 to {MAX_RUN_CHARS} characters")
+    if run is not None and not is_run(run):
+        raise _bad(f"`run` must be {RUN_RULE}")
     stamp = None if ts is None else float(ts)
     return Header(source, seq, encoding, stamp, meta, run, eos, obj)
+
+
+def is_run(value: Any) -> bool:
+    """Whether ``value`` is a valid ``run`` id: :data:`RUN_RULE`."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_RUN_CHARS
 
 
 def nested_deeper_than(value: Any, levels: int) -> bool:
@@ -187,7 +195,7 @@ def source_of_unparsable(raw: bytes | memoryview) -> tuple[str, int, str | None]
     return (
         source if isinstance(source, str) else "",
         seq if isinstance(seq, int) and not isinstance(seq, bool) else -1,
-        run if isinstance(run, str) and 0 < len(run) <= MAX_RUN_CHARS else None,
+        run if is_run(run) else None,
     )
 
 
