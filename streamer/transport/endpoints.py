@@ -11,6 +11,7 @@ import errno
 import os
 import re
 import socket as sockets  # `socket` names the ZeroMQ socket in this module
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,20 +60,30 @@ class Endpoint:
     def socket_type(self) -> int:
         return _SOCKET_TYPES[self.kind]
 
+    @property
+    def ipv6(self) -> bool:
+        """Whether the address is a bracketed IPv6 host (``tcp://[::1]:5555``), which
+        ZeroMQ binds or connects only on a socket with its ``IPV6`` option set."""
+        return self.address.startswith("tcp://[")
+
     def attach(self, socket: zmq.Socket[bytes]) -> None:
-        """Bind or connect ``socket``; set socket options before calling this.
+        """Bind or connect ``socket``; set socket options before calling this (``IPV6`` is
+        set here for an IPv6 host).
 
         Raises:
             zmq.ZMQError: the address is in use or invalid. ZeroMQ binds an ``ipc://`` path
-                that another process listens on by replacing its socket file (that process
-                then gets nothing, unaware), so a path something accepts connections on is
-                refused here as in use (EADDRINUSE), as a bound TCP port is. A TCP host that
-                is no address or interface of this machine (ENODEV) says so, where ZeroMQ
-                says only "No such device".
+                by unlinking whatever is there: a path something accepts connections on is
+                refused as in use (EADDRINUSE), as a bound TCP port is (that process would
+                get nothing, unaware), and one that is no socket file (a typo naming the
+                config, say) as existing (EEXIST). A TCP host that is no address or
+                interface of this machine (ENODEV) says so, where ZeroMQ says only "No such
+                device".
         """
+        if self.ipv6:
+            socket.setsockopt(zmq.IPV6, 1)
         if self.bind:
-            if self.address.startswith("ipc://") and _ipc_listened(self.address[6:]):
-                raise zmq.ZMQError(errno.EADDRINUSE, f"{self.address}: another process listens")
+            if self.address.startswith("ipc://"):
+                _check_ipc_free(self.address)
             try:
                 socket.bind(self.address)
             except zmq.ZMQError as exc:
@@ -91,6 +102,32 @@ _NOT_LOCAL = (
     "addresses, 0.0.0.0 or [::] for all, or an interface name such as eth0; producers "
     "connect to the machine's name)"
 )
+
+
+def _check_ipc_free(address: str) -> None:
+    """Refuse to bind an ``ipc://`` path that ZeroMQ would take from someone.
+
+    Raises:
+        zmq.ZMQError: EEXIST for a path that is there and no socket file, EADDRINUSE for a
+            socket file a process listens on.
+    """
+    path = address[len("ipc://") :]
+    if _not_a_socket(path):
+        raise zmq.ZMQError(errno.EEXIST, f"{address}: {path} exists and is no socket file")
+    if _ipc_listened(path):
+        raise zmq.ZMQError(errno.EADDRINUSE, f"{address}: another process listens")
+
+
+def _not_a_socket(path: str) -> bool:
+    """Whether something other than a socket file (or a link to one) is at ``path``: a
+    file, a folder, a dangling link."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return os.path.lexists(path)
+    except OSError:  # no access: still something there
+        return True
+    return not stat.S_ISSOCK(mode)
 
 
 def _ipc_listened(path: str) -> bool:
@@ -118,23 +155,41 @@ def parse_endpoint(uri: str, allowed: tuple[str, ...], where: str) -> Endpoint:
     kind = match["type"]
     if kind not in allowed:
         raise ConfigError(f"{where}: socket type {kind!r} not allowed here; use {list(allowed)}")
-    _check_port(match["address"], where)
-    return Endpoint(kind, match["mode"] == "bind", match["address"])
+    address = match["address"]
+    if address.startswith("tcp://"):
+        _check_tcp(address, where)
+    else:
+        _check_ipc_length(address, where)
+    return Endpoint(kind, match["mode"] == "bind", address)
 
 
-def _check_port(address: str, where: str) -> None:
+def _check_tcp(address: str, where: str) -> None:
     """A tcp address needs a port in 1..65535 (or ``*`` to bind any): libzmq would take
-    99999 modulo 65536 and bind another port without a word.
+    99999 modulo 65536 and bind another port without a word; and an IPv6 host needs
+    brackets (``tcp://[::1]:5555``), as in a URL.
 
     Raises:
-        ConfigError: a tcp address without a valid port.
+        ConfigError: a tcp address without a valid port, or an unbracketed IPv6 host.
     """
-    if not address.startswith("tcp://"):
-        return
-    port = address.rpartition(":")[2]
-    if port == "*" or (port.isdigit() and 1 <= int(port) <= 65535):
-        return
-    raise ConfigError(f"{where}: {address!r} needs a tcp port in 1..65535 (or *)")
+    host, _, port = address[len("tcp://") :].rpartition(":")
+    if not (port == "*" or (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535)):
+        raise ConfigError(f"{where}: {address!r} needs a tcp port in 1..65535 (or *)")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ConfigError(f"{where}: {address!r}: an IPv6 host goes in brackets, e.g. [::1]")
+
+
+_IPC_PATH_MAX = 107
+"""Bytes of a Unix socket path (``sun_path`` holds 108 with its final NUL, on Linux)."""
+
+
+def _check_ipc_length(address: str, where: str) -> None:
+    """Raises ConfigError: an ``ipc://`` path longer than a Unix socket address holds."""
+    path = address[len("ipc://") :]
+    if len(os.fsencode(path)) > _IPC_PATH_MAX:
+        raise ConfigError(
+            f"{where}: {address!r}: an ipc path holds at most {_IPC_PATH_MAX} bytes "
+            f"(a Unix socket address), this one has {len(os.fsencode(path))}"
+        )
 
 
 def check_endpoints(
@@ -148,8 +203,10 @@ def check_endpoints(
 
     Raises:
         ConfigError: a malformed URI, a socket type not allowed there, a bad tcp port, an
-            address bound twice (by two sockets, or listed twice for one), or a tcp port
-            the HTTP server binds too (the second to bind would fail to start).
+            address bound twice (by two sockets, or listed twice for one), a tcp port
+            the HTTP server binds too (the second to bind would fail to start), or an ipc
+            path to bind in a folder that does not exist or where a file other than a socket
+            is (binding would replace it).
     """
     sockets = [
         (f"ingress {c.name}", parse_endpoints(c.uri, INGRESS_TYPES, f"ingress {c.name}"))
@@ -166,12 +223,28 @@ def check_endpoints(
                 also = "listed twice" if other == where else f"also bound by {other}"
                 raise ConfigError(f"{where}: {endpoint.address} is {also}")
             bound[endpoint.address] = where
+            _check_ipc_place(endpoint.address, where)
             if http is not None and _same_tcp_port(endpoint.address, http):
                 host, port = http
                 raise ConfigError(
                     f"daemon.http_address: port {port} of {host} is also bound by {where} "
                     f"({endpoint.address})"
                 )
+
+
+def _check_ipc_place(address: str, where: str) -> None:
+    """Raises ConfigError: an ``ipc://`` path to bind whose folder is missing, or where
+    something other than a socket file is."""
+    if not address.startswith("ipc://"):
+        return
+    path = address[len("ipc://") :]
+    if path.startswith("@"):  # Linux's abstract namespace: no file
+        return
+    if _not_a_socket(path):
+        raise ConfigError(f"{where}: {address!r}: {path} exists and is no socket file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"{where}: {address!r}: no folder {folder}")
 
 
 _WILDCARD_HOSTS = frozenset({"*", "0.0.0.0", "::"})

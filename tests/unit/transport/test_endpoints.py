@@ -157,3 +157,71 @@ def test_binding_a_host_that_is_not_this_machine_says_so() -> None:
         context.term()
     assert caught.value.errno == errno.ENODEV
     assert str(caught.value).startswith(f"tcp://{host}:6557: cannot bind: the host is no address")
+
+
+@pytest.mark.parametrize("what", ["file", "folder", "dangling link"])
+def test_an_ipc_path_that_is_no_socket_file_is_never_replaced(tmp_path: Path, what: str) -> None:
+    """ZeroMQ unlinks whatever is at an ipc path it binds: a URI naming the config itself by
+    mistake turned it into a socket file."""
+    path = tmp_path / "daemon.toml"
+    if what == "file":
+        path.write_text("[daemon]\n")
+    elif what == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "gone")
+    uri = f"pull+bind:ipc://{path}"
+    with pytest.raises(ConfigError, match=f"ingress in: .*{path} exists and is no socket file"):
+        check_endpoints([IngressConfig(name="in", uri=uri)], [])
+    endpoint = parse_endpoint(uri, INGRESS_TYPES, "ingress")
+    with zmq.Context() as context, context.socket(zmq.PULL) as socket:
+        with pytest.raises(zmq.ZMQError, match="exists and is no socket file") as info:
+            endpoint.attach(socket)
+        socket.setsockopt(zmq.LINGER, 0)
+    assert info.value.errno == errno.EEXIST
+    assert path.is_symlink() if what == "dangling link" else path.exists()
+    if what == "file":
+        assert path.read_text() == "[daemon]\n"
+
+
+def test_an_ipc_path_needs_its_folder_and_fits_a_socket_address(tmp_path: Path) -> None:
+    """Both passed `streamer check` and failed the start (exit 1)."""
+    missing = f"pull+bind:ipc://{tmp_path}/no/such/frames.sock"
+    with pytest.raises(ConfigError, match=f"ingress in: .*no folder {tmp_path}/no/such"):
+        check_endpoints([IngressConfig(name="in", uri=missing)], [])
+    check_endpoints([IngressConfig(name="in", uri="pull+bind:ipc://@streamer-frames")], [])
+    long = f"pull+connect:ipc:///tmp/{'x' * 103}"
+    with pytest.raises(ConfigError, match="holds at most 107 bytes.*this one has 108"):
+        parse_endpoint(long, INGRESS_TYPES, "ingress")
+    parse_endpoint(long[:-1], INGRESS_TYPES, "ingress")
+
+
+def test_an_ipv6_host_needs_brackets() -> None:
+    with pytest.raises(ConfigError, match=r"an IPv6 host goes in brackets, e.g. \[::1\]"):
+        parse_endpoint("pull+bind:tcp://::1:6555", INGRESS_TYPES, "ingress")
+    assert parse_endpoint("pull+bind:tcp://[::1]:6555", INGRESS_TYPES, "ingress").ipv6
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with sockets.socket(sockets.AF_INET6, sockets.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+@pytest.mark.parametrize("host", ["[::1]", "[::]"])
+def test_ipv6_endpoints_bind_and_connect(host: str) -> None:
+    """Without ZeroMQ's IPV6 option a bind failed as "no address of this machine" and a
+    connect never connected."""
+    with zmq.Context() as context, context.socket(zmq.PULL) as pull:
+        pull.setsockopt(zmq.LINGER, 0)
+        parse_endpoint(f"pull+bind:tcp://{host}:*", INGRESS_TYPES, "i").attach(pull)
+        port = pull.getsockopt(zmq.LAST_ENDPOINT).decode().rpartition(":")[2]
+        with context.socket(zmq.PUSH) as push:
+            push.setsockopt(zmq.LINGER, 0)
+            parse_endpoint(f"push+connect:tcp://[::1]:{port}", EGRESS_TYPES, "e").attach(push)
+            push.send(b"frame")
+            assert pull.poll(5000) and pull.recv() == b"frame"
