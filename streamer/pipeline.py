@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -68,7 +69,9 @@ _ABORT_JOIN_S = 2.0
 
 
 def _models_identity(config: Config) -> list[tuple[object, ...]]:
-    """What makes two configs' models the same: their settings and their files' stat."""
+    """What makes two configs' models the same: their settings and their files' stat (a
+    model deployed at the same path, or an asset fetched again, is a change). Taken before
+    the models load, so a file replaced meanwhile is loaded again at the next reload."""
     identity: list[tuple[object, ...]] = []
     for model in config.models:
         path = config.model_path(model)
@@ -76,6 +79,30 @@ def _models_identity(config: Config) -> list[tuple[object, ...]]:
         stamp = (stat.st_mtime_ns, stat.st_size) if stat else None
         identity.append((model.model_dump(exclude={"path", "asset"}), str(path), stamp))
     return identity
+
+
+def _check_sockets(config: Config) -> None:
+    """The checks of the sockets' settings that need no socket (``streamer check``'s).
+
+    Raises:
+        ConfigError: a bad endpoint (:func:`~streamer.transport.endpoints.check_endpoints`)
+            or CURVE key file.
+    """
+    check_endpoints(config.ingress, config.egress, config.daemon.http_endpoint)
+    check_curve_keys(config.ingress, config.egress)
+
+
+def _check_restart_settings(config: Config, changed: Sequence[str]) -> None:
+    """Check the ``changed`` sections a reload leaves for a restart as ``streamer check``
+    and the restart would, so a file the next start would refuse is rejected now.
+
+    Raises:
+        ConfigError: as :func:`_check_sockets` and :func:`~streamer.runtime.check_runtime`.
+    """
+    if "runtime" in changed:
+        check_runtime(config.runtime)
+    if {"daemon", "ingress", "egress"} & set(changed):
+        _check_sockets(config)
 
 
 _REDUCE_MARGIN = 2
@@ -174,6 +201,7 @@ class Pipeline:
         metrics: PipelineMetrics | None = None,
     ) -> None:
         self.config = config
+        self._models_in_force = _models_identity(config)
         self.metrics = metrics if metrics is not None else PipelineMetrics()
         self.counts = OutcomeCounts()
         self.status = Status.INITIALIZING
@@ -236,15 +264,17 @@ class Pipeline:
         Raises:
             ConfigError, ModelError, BackendError: what was loaded is released first.
         """
-        check_endpoints(config.ingress, config.egress, config.daemon.http_endpoint)
-        check_curve_keys(config.ingress, config.egress)
+        _check_sockets(config)
+        identity = _models_identity(config)
         backend = open_backend(config.runtime)
         try:
             stages = load_chain(backend, config)
         except BaseException:
             close_logged(backend.close, "backend")
             raise
-        return cls(config, backend, stages, metrics)
+        pipeline = cls(config, backend, stages, metrics)
+        pipeline._models_in_force = identity
+        return pipeline
 
     def _new_chain(self, stages: list[ModelStage]) -> ChainRun:
         failures = self.config.daemon.max_consecutive_failures
@@ -346,8 +376,10 @@ class Pipeline:
         The whole new chain (any number of stages and replicas) is loaded and started beside
         the running one; an in-band marker then makes frames received before it finish on
         the old chain and frames after it run on the new one, and the old chain is closed
-        once it has drained (:mod:`streamer.scheduling.swap`). Settings other than
-        ``[[models]]`` need a restart and are reported, not applied. When ``stop`` is set
+        once it has drained (:mod:`streamer.scheduling.swap`). The models changed when their
+        settings or their files' stat did, against the files as the running chain loaded
+        them. Settings other than ``[[models]]`` need a restart and are reported, not
+        applied, once checked as ``streamer check`` checks them. When ``stop`` is set
         meanwhile, the old chain gets ``drain_timeout_s`` from then to drain, as at a stop.
 
         One reload at a time, on a thread of its own, which may take long: the loading has
@@ -361,22 +393,23 @@ class Pipeline:
 
         Returns:
             True if the whole new config is in force (also when nothing changed); False if
-            it was rejected (the old chain keeps running; the reason is logged), if settings
+            it was rejected (the old chain keeps running; the reason is logged: a model that
+            does not load, a setting left for a restart that the restart would refuse), if settings
             of it wait for a restart (``reload_needs_restart``; its models are applied), if
             the daemon began stopping, or if the new chain failed to start
             (``reload_failed``; the daemon then stops).
         """
         sections = ("daemon", "ingress", "egress", "runtime")
         changed = [k for k in sections if getattr(config, k) != getattr(self.config, k)]
-        if "runtime" in changed:
-            try:
-                check_runtime(config.runtime)
-            except ConfigError as exc:
-                _log.error("reload_rejected", error=str(exc))
-                return False
+        try:
+            _check_restart_settings(config, changed)
+        except ConfigError as exc:
+            _log.error("reload_rejected", error=str(exc))
+            return False
         if changed:
             _log.warning("reload_needs_restart", sections=changed)
-        if _models_identity(config) == _models_identity(self.config):
+        identity = _models_identity(config)
+        if identity == self._models_in_force:
             _log.info("reload_unchanged")
             return not changed
         _log.info("reload_loading", models=[m.name for m in config.models])
@@ -385,11 +418,12 @@ class Pipeline:
         except Exception as exc:  # noqa: BLE001 - what was loaded is released
             _log_rejected(exc)
             return False
-        return self._put_in_service(config, stages, stop, progress) and not changed
+        return self._put_in_service(config, identity, stages, stop, progress) and not changed
 
     def _put_in_service(
         self,
         config: Config,
+        identity: list[tuple[object, ...]],
         stages: list[ModelStage],
         stop: StopRequest | None,
         progress: ReloadProgress | None,
@@ -415,6 +449,7 @@ class Pipeline:
             launched = self._swap(chain, stages, stop)
             update = {"models": config.models, "source_file": config.source_file}
             self.config = self.config.model_copy(update=update)
+            self._models_in_force = identity
             self.reorder.window = _reorder_window(self.config)
         _log.info("reloaded", models=[s.name for s in stages])
         return launched
