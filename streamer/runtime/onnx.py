@@ -36,6 +36,7 @@ import structlog
 
 from streamer.config import PluginConfig, RuntimeConfig
 from streamer.errors import (
+    BackendError,
     ConfigError,
     EnqueueInterruptedError,
     FrameError,
@@ -133,7 +134,7 @@ def open_session(spec: ModelSpec, options: Mapping[str, Any]) -> ort.InferenceSe
         raise ModelError(f"model {spec.name!r}: cannot read {spec.path}: {exc.strerror}") from exc
     source = _model_source(spec)
     try:
-        return ort.InferenceSession(
+        session = ort.InferenceSession(
             source,
             sess_options,
             providers=providers,
@@ -141,6 +142,24 @@ def open_session(spec: ModelSpec, options: Mapping[str, Any]) -> ort.InferenceSe
         )
     except Exception as exc:  # onnxruntime raises its own untyped pybind exceptions
         raise ModelError(f"model {spec.name!r}: cannot load {spec.path}: {exc}") from exc
+    _check_providers(spec, providers, session.get_providers())
+    return session
+
+
+def _check_providers(spec: ModelSpec, requested: list[str], active: list[str]) -> None:
+    """A provider of the build may still fail to start (no GPU, no driver): onnxruntime then
+    falls back to the next one asked for, or to the CPU, saying so only on stderr.
+
+    Raises:
+        BackendError: none of the providers asked for runs the session.
+    """
+    if not set(requested) & set(active):
+        raise BackendError(
+            f"model {spec.name!r}: none of runtime.options.providers {requested} could start "
+            f"(onnxruntime fell back to {active}; is the device there?)"
+        )
+    if active[0] != requested[0]:
+        _log.warning("provider_fallback", model=spec.name, requested=requested, active=active)
 
 
 class OnnxBackend(Backend):

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import onnxruntime as ort
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streamer.config import error_lines, validate_strict
 from streamer.errors import ConfigError
@@ -39,6 +40,20 @@ class OnnxOptions(BaseModel):
         description="execution providers, first choice first; with the CUDA (or ROCm) one, "
         "runtime.devices are its device ids",
     )
+
+    @field_validator("providers")
+    @classmethod
+    def _available(cls, providers: tuple[str, ...]) -> tuple[str, ...]:
+        """Every provider must be one this onnxruntime build has: it would otherwise fall
+        back to the CPU, saying so only on stderr."""
+        available = ort.get_available_providers()
+        missing = [p for p in providers if p not in available]
+        if missing:
+            raise ValueError(
+                f"{missing} not in this onnxruntime build (it has {available}; the CUDA "
+                "provider comes with the onnxruntime-gpu package)"
+            )
+        return providers
 
 
 def parse_onnx_options(options: Mapping[str, Any], where: str = "runtime.options") -> OnnxOptions:

@@ -13,6 +13,7 @@ from streamer.config import PluginConfig, RuntimeConfig
 from streamer.errors import BackendError, ConfigError, EnqueueInterruptedError, ModelError
 from streamer.runtime import ModelSpec, open_backend
 from streamer.runtime.base import QueueModel
+from streamer.runtime.onnx import _check_providers
 
 
 def test_model_info_and_fifo_batches(short_range_model: Path) -> None:
@@ -134,6 +135,11 @@ def test_interrupt_ends_an_enqueue_waiting_for_room(short_range_model: Path) -> 
         ({"providers": []}, "runtime.options.providers: Tuple should have at least 1 item"),
         ({"intra_op_threads": True}, "runtime.options.intra_op_threads: Input should be a valid"),
         ({"intra_op_threads": "2"}, "runtime.options.intra_op_threads: Input should be a valid"),
+        (
+            {"providers": ["CPUExecutionProvider", "NopeExecutionProvider"]},
+            "runtime.options.providers: Value error, ['NopeExecutionProvider'] not in this "
+            "onnxruntime build",
+        ),
     ],
 )
 def test_unknown_or_invalid_options_are_config_errors(options: dict[str, Any], says: str) -> None:
@@ -163,3 +169,19 @@ def test_streamer_check_exits_2_on_an_option_typo(tmp_path: Path) -> None:
         "runtime.options.intra_op_thread: unknown key (known: intra_op_threads, providers); "
         "did you mean 'intra_op_threads'?" in result.output
     )
+
+
+def test_a_session_none_of_whose_providers_started_is_a_backend_error(
+    short_range_model: Path,
+) -> None:
+    """onnxruntime runs on the CPU when the providers asked for cannot start (a CUDA build
+    without a GPU), saying so only on stderr: asked for CUDA alone, the daemon served on
+    the CPU; asked for CUDA then the CPU, it may, and says so."""
+    spec = ModelSpec("face", short_range_model)
+    cpu = ["CPUExecutionProvider"]
+    with pytest.raises(BackendError, match=r"none of runtime.options.providers \['CUDA"):
+        _check_providers(spec, ["CUDAExecutionProvider"], cpu)
+    with capture_logs() as logs:
+        _check_providers(spec, ["CUDAExecutionProvider", *cpu], cpu)
+        _check_providers(spec, cpu, cpu)
+    assert [(e["event"], e["active"]) for e in logs] == [("provider_fallback", cpu)]
