@@ -250,7 +250,7 @@ def _split_host_port(address: str) -> tuple[str, int]:
         host = host[1:-1]
     elif ":" in host:
         raise ValueError(f"{address!r}: write an IPv6 address in brackets, e.g. [::1]:9555")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError(f"{address!r}: expected host:port with a port in 0..65535")
     return host, int(port)
 

@@ -217,6 +217,7 @@ def check_endpoints(
         for c in egress
     ]
     bound: dict[str, str] = {}
+    tcp: list[_TcpBind] = [] if http is None else [_http_bind(*http)]
     for where, endpoints in sockets:
         for endpoint in (e for e in endpoints if e.bind):
             if (other := bound.get(endpoint.address)) is not None:
@@ -224,12 +225,112 @@ def check_endpoints(
                 raise ConfigError(f"{where}: {endpoint.address} is {also}")
             bound[endpoint.address] = where
             _check_ipc_place(endpoint.address, where)
-            if http is not None and _same_tcp_port(endpoint.address, http):
-                host, port = http
+            if (bind := _zmq_tcp_bind(endpoint.address, where)) is not None:
+                _check_port_free(bind, tcp)
+                tcp.append(bind)
+
+
+@dataclass(frozen=True)
+class _TcpBind:
+    """A TCP port a socket binds.
+
+    Attributes:
+        where: who binds it, for messages (``ingress frames``, ``daemon.http_address``).
+        text: the address as configured.
+        port: 1..65535, or 0 for any free port (which never clashes).
+        addresses: ``(address family, IP)`` pairs it binds, :data:`_ANY` for every address
+            of the family; ``(0, name)`` for a host that does not resolve (an interface).
+    """
+
+    where: str
+    text: str
+    port: int
+    addresses: frozenset[tuple[int, str]]
+
+
+_ANY = ""
+"""The IP of a wildcard bind: every address of its family."""
+
+
+def _http_bind(host: str, port: int) -> _TcpBind:
+    """The HTTP server's bind.
+
+    Raises:
+        ConfigError: its host does not resolve (the server would fail to start).
+    """
+    try:
+        addresses = _bound_addresses(host)
+    except OSError as exc:
+        raise ConfigError(f"daemon.http_address: cannot resolve {host!r}: {exc}") from exc
+    return _TcpBind("daemon.http_address", f"{host}:{port}", port, addresses)
+
+
+def _zmq_tcp_bind(address: str, where: str) -> _TcpBind | None:
+    """A ZeroMQ ``tcp://`` bind with a port; None for ipc or ``*`` (any free port).
+
+    Raises:
+        ConfigError: its host is no host name, address or interface of this machine
+            (ZeroMQ binds an interface by its name, e.g. ``eth0``).
+    """
+    if not address.startswith("tcp://"):
+        return None
+    host, _, port = address[len("tcp://") :].rpartition(":")
+    if port == "*":
+        return None
+    host = host[1:-1] if host.startswith("[") else host
+    try:
+        addresses = _bound_addresses(host)
+    except OSError as exc:
+        if host not in {name for _, name in sockets.if_nameindex()}:
+            raise ConfigError(
+                f"{where}: {address!r}: {host!r} is no host name, address or interface "
+                f"of this machine ({exc.strerror})"
+            ) from exc
+        addresses = frozenset({(0, host)})
+    return _TcpBind(where, address, int(port), addresses)
+
+
+def _bound_addresses(host: str) -> frozenset[tuple[int, str]]:
+    """What binding ``host`` takes: a wildcard (``*`` and ``0.0.0.0`` every IPv4 address,
+    ``::`` every address: Linux's IPv6 sockets take IPv4 too), else every address it
+    resolves to.
+
+    Raises:
+        OSError: it does not resolve.
+    """
+    if host in ("*", "0.0.0.0"):
+        return frozenset({(sockets.AF_INET, _ANY)})
+    if host == "::":
+        return frozenset({(sockets.AF_INET, _ANY), (sockets.AF_INET6, _ANY)})
+    infos = sockets.getaddrinfo(host, None, type=sockets.SOCK_STREAM)
+    families = (sockets.AF_INET, sockets.AF_INET6)
+    return frozenset((info[0], str(info[4][0])) for info in infos if info[0] in families)
+
+
+def _check_port_free(bind: _TcpBind, earlier: Sequence[_TcpBind]) -> None:
+    """Raises ConfigError: an earlier bind takes ``bind``'s port on one of its addresses
+    (the second to bind would fail to start: address in use)."""
+    for other in earlier:
+        if bind.port and bind.port == other.port and _overlap(bind.addresses, other.addresses):
+            if other.where == "daemon.http_address":
                 raise ConfigError(
-                    f"daemon.http_address: port {port} of {host} is also bound by {where} "
-                    f"({endpoint.address})"
+                    f"daemon.http_address: port {other.port} of {other.text.rpartition(':')[0]} "
+                    f"is also bound by {bind.where} ({bind.text})"
                 )
+            raise ConfigError(
+                f"{bind.where}: {bind.text} takes the port {other.where} binds ({other.text})"
+            )
+
+
+def _overlap(one: frozenset[tuple[int, str]], other: frozenset[tuple[int, str]]) -> bool:
+    """Whether two binds of one port share an address (a wildcard shares its family's)."""
+    return any(
+        family == other_family
+        and _ANY in (ip, other_ip)
+        or (family, ip) == (other_family, other_ip)
+        for family, ip in one
+        for other_family, other_ip in other
+    )
 
 
 def _check_ipc_place(address: str, where: str) -> None:
@@ -245,23 +346,6 @@ def _check_ipc_place(address: str, where: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ConfigError(f"{where}: {address!r}: no folder {folder}")
-
-
-_WILDCARD_HOSTS = frozenset({"*", "0.0.0.0", "::"})
-"""Hosts that bind a port on every address."""
-
-
-def _same_tcp_port(address: str, http: tuple[str, int]) -> bool:
-    """Whether a ZeroMQ ``tcp://host:port`` and the HTTP server's ``(host, port)`` would bind
-    one port: the same port on the same host, or on a wildcard (``*``, ``0.0.0.0``, ``::``)
-    that takes every host's; port 0 (any free one) never clashes."""
-    if not address.startswith("tcp://"):
-        return False
-    host, _, port = address[len("tcp://") :].rpartition(":")
-    host, (http_host, http_port) = host.strip("[]"), http
-    if port == "*" or int(port) != http_port or http_port == 0:
-        return False
-    return host == http_host or host in _WILDCARD_HOSTS or http_host in _WILDCARD_HOSTS
 
 
 def parse_endpoints(

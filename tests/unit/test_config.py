@@ -168,7 +168,7 @@ def test_http_address_takes_host_and_port(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, MINIMAL)).daemon.http_endpoint == ("127.0.0.1", 9555)
     assert load_config(write(tmp_path, daemon("[::1]:0"))).daemon.http_endpoint == ("::1", 0)
     assert load_config(write(tmp_path, daemon(""))).daemon.http_endpoint is None
-    for bad in ("127.0.0.1", "::1:9555", "localhost:99999", ":9555"):
+    for bad in ("127.0.0.1", "::1:9555", "localhost:99999", ":9555", "127.0.0.1:\u0667\u0669"):
         with pytest.raises(ConfigError, match="daemon.http_address"):
             load_config(write(tmp_path, daemon(bad)))
 

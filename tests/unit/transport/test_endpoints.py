@@ -1,4 +1,5 @@
 import errno
+import re
 import socket as sockets
 from pathlib import Path
 
@@ -225,3 +226,44 @@ def test_ipv6_endpoints_bind_and_connect(host: str) -> None:
             parse_endpoint(f"push+connect:tcp://[::1]:{port}", EGRESS_TYPES, "e").attach(push)
             push.send(b"frame")
             assert pull.poll(5000) and pull.recv() == b"frame"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "clashes"),
+    [
+        ("tcp://127.0.0.1:6555", "tcp://0.0.0.0:6555", True),
+        ("tcp://127.0.0.1:6555", "tcp://*:6555", True),
+        ("tcp://127.0.0.1:6555", "tcp://localhost:6555", True),
+        ("tcp://0.0.0.0:6555", "tcp://[::]:6555", True),
+        ("tcp://127.0.0.1:6555", "tcp://127.0.0.2:6555", False),
+        ("tcp://127.0.0.1:6555", "tcp://0.0.0.0:6556", False),
+        ("tcp://127.0.0.1:6555", "tcp://lo:6555", False),
+        ("tcp://127.0.0.1:*", "tcp://0.0.0.0:*", False),
+    ],
+)
+def test_one_port_bound_twice_under_two_spellings_is_a_config_error(
+    first: str, second: str, clashes: bool
+) -> None:
+    """`streamer check` said ok, and the second socket failed the start: address in use."""
+    ingress = [IngressConfig(name="in", uri=f"pull+bind:{first}")]
+    egress = [EgressConfig(name="out", uri=f"pub+bind:{second}")]
+    if not clashes:
+        check_endpoints(ingress, egress)
+        return
+    with pytest.raises(ConfigError, match=f"egress out: {re.escape(second)} takes the port"):
+        check_endpoints(ingress, egress)
+    with pytest.raises(ConfigError, match="daemon.http_address: port 6555 of "):
+        check_endpoints([], egress, ("localhost", 6555))
+
+
+@pytest.mark.parametrize("host", ["999.1.1.1", " 127.0.0.1", "no-such-host.invalid"])
+def test_hosts_that_do_not_resolve_are_config_errors(host: str) -> None:
+    """The HTTP server or the socket failed the start (exit 1) on a mistake `streamer check`
+    passed."""
+    with pytest.raises(ConfigError, match=f"daemon.http_address: cannot resolve {host!r}"):
+        check_endpoints([], [], (host, 6555))
+    ingress = [IngressConfig(name="in", uri=f"pull+bind:tcp://{host}:6555")]
+    with pytest.raises(ConfigError, match="is no host name, address or interface"):
+        check_endpoints(ingress, [])
+    connect = [IngressConfig(name="in", uri=f"pull+connect:tcp://{host}:6555")]
+    check_endpoints(connect, [])  # the peer's name is ZeroMQ's to resolve, again and again
