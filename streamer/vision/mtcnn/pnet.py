@@ -57,6 +57,7 @@ from streamer.vision.preprocess import LetterboxTransform
 
 __all__ = [
     "CELL",
+    "MAX_LEVEL_PIXELS",
     "STRIDE",
     "Candidates",
     "Gear",
@@ -112,6 +113,13 @@ class Gear:
         host sends with ``normalize`` ``host`` and ``device``; (height, width, 3) with
         ``model``)."""
         return (self.width, self.height, 3)
+
+
+MAX_LEVEL_PIXELS = 40_000_000
+"""The largest pyramid level a P-Net stage builds, pixels: as many as the largest image an
+ingress takes by default (``max_pixels``). A canvas of [100000, 100000] made a level of
+60000 x 60000 (40 GiB for every frame: MemoryError), ``min_face_px = 1`` one 144 times the
+canvas."""
 
 
 def pnet_gears(
@@ -196,6 +204,15 @@ class PNet:
             raise ConfigError(
                 f"max_size: {list(self.params.max_size)} is smaller than min_face_px "
                 f"{self.params.min_face_px}: no pyramid level"
+            )
+        largest = self.gears[0]
+        if largest.height * largest.width > MAX_LEVEL_PIXELS:
+            raise ConfigError(
+                f"max_size {list(self.params.max_size)} with min_face_px "
+                f"{self.params.min_face_px} makes a first pyramid level of "
+                f"{largest.width}x{largest.height} pixels (the canvas enlarged "
+                f"{largest.scale:.3g} times), more than {MAX_LEVEL_PIXELS:,}: every frame would "
+                "take that memory and time; use a smaller max_size or a larger min_face_px"
             )
 
     def prepare(self, image: np.ndarray) -> tuple[list[np.ndarray], list[LetterboxTransform]]:

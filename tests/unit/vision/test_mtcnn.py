@@ -104,6 +104,20 @@ def test_a_canvas_with_no_gear_is_a_config_error() -> None:
         PNet(PNetParams(max_size=(19, 640)))
 
 
+@pytest.mark.parametrize(
+    ("max_size", "min_face_px", "level"),
+    [((100000, 100000), 20.0, "60000x60000"), ((480, 640), 1.0, "7680x5760")],
+)
+def test_a_pyramid_level_larger_than_an_image_an_ingress_takes_is_a_config_error(
+    max_size: tuple[int, int], min_face_px: float, level: str
+) -> None:
+    """Both passed `streamer check`; every frame then failed (MemoryError for 40 GiB), or took
+    so long that none finished before the stop's drain ran out."""
+    with pytest.raises(ConfigError, match=f"first pyramid level of {level} pixels"):
+        PNet(PNetParams(max_size=max_size, min_face_px=min_face_px))
+    PNet(PNetParams(max_size=(480, 640), min_face_px=2.0))  # 11 M pixels: taken
+
+
 def test_to_tensor_is_rgb_normalised_and_transposed() -> None:
     image = np.array([[[0, 0, 255], [255, 128, 0]]], np.uint8)  # 1 x 2 BGR: red, blue-ish
     tensor = to_tensor(image)
