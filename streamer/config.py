@@ -773,8 +773,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
     Raises:
         ConfigError: the file is missing, larger than :data:`MAX_CONFIG_BYTES`, is not TOML
-            (or not UTF-8), or does not validate; the message names the file and every key at
-            fault.
+            (or not UTF-8, with or without a byte order mark), or does not validate; the
+            message names the file and every key at fault.
     """
     file = Path(path)
     try:
@@ -782,7 +782,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
             raw = stream.read(MAX_CONFIG_BYTES + 1)
         if len(raw) > MAX_CONFIG_BYTES:
             raise ConfigError(f"{file}: more than {MAX_CONFIG_BYTES >> 20} MiB: not a config")
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8-sig"))  # a byte order mark, as editors write
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read config: {exc.strerror or exc}") from exc
     except (tomllib.TOMLDecodeError, ValueError, RecursionError) as exc:

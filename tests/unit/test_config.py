@@ -161,6 +161,14 @@ def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
         load_config(write(tmp_path, no_user))
 
 
+def test_a_byte_order_mark_is_taken(tmp_path: Path) -> None:
+    """Editors on Windows start UTF-8 files with one: it was "Invalid statement (at line 1,
+    column 1)"."""
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + MINIMAL.encode())
+    assert load_config(path).models[0].name == "face"
+
+
 def test_http_address_takes_host_and_port(tmp_path: Path) -> None:
     def daemon(address: str) -> str:
         return MINIMAL + f'[daemon]\nhttp_address = "{address}"\n'
