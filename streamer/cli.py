@@ -108,6 +108,7 @@ def check(config_path: Path) -> None:
     """Validate a config and load its models; open no sockets."""
     from streamer.pipeline import Pipeline
 
+    _log_to_stderr()
     config = _load(config_path)
     try:
         pipeline = Pipeline.load(config)
@@ -125,6 +126,18 @@ def check(config_path: Path) -> None:
     if not released:
         sys.exit(EXIT_FATAL)
     click.echo(f"{config_path}: ok")
+
+
+def _log_to_stderr() -> None:
+    """Send what the loading logs (``preprocess_in_graph``, warnings) to stderr as text, so
+    that ``check``'s standard output is its report alone."""
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
 
 
 def _released(pipeline: Pipeline) -> bool:

@@ -185,6 +185,9 @@ def test_check_prints_the_model_and_opens_no_socket(assets: dict[str, Path]) -> 
     # normalize = "model": the graph takes the letterboxed uint8 pixels, NHWC
     assert "input input: [-1, 128, 128, 3] uint8" in result.stdout
     assert "output regressors: [-1, 896, 16] float32" in result.stdout
+    assert result.stdout.splitlines()[-1].endswith("default.toml: ok")
+    assert "preprocess_in_graph" in result.stderr  # logs beside the report, not in it
+    assert "preprocess_in_graph" not in result.stdout
 
 
 def test_check_rejects_bad_configs(tmp_path: Path) -> None:
