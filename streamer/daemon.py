@@ -258,9 +258,10 @@ class _Control:
         for model in self._pipeline.models:
             gears = list(model.info.batch_gears)
             _log.info("model_loaded", model=model.info.name, batch_gears=gears)
-        self._health.set_status(Status.RUNNING)
-        self._notifier.ready()
-        _log.info("ready", systemd=self._notifier.enabled, watchdog_interval_s=self._ping_s)
+        if not self._requests.stop.is_set():  # a stop held during the start: never ready
+            self._health.set_status(Status.RUNNING)
+            self._notifier.ready()
+            _log.info("ready", systemd=self._notifier.enabled, watchdog_interval_s=self._ping_s)
         failed = self._loop()
         self._stopping.set()
         self._requests.log_received()

@@ -569,12 +569,13 @@ def test_a_sighup_during_a_reload_reloads_once_it_has_ended(
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_while_the_daemon_starts_is_a_normal_stop(
-    start_daemon: Any, signum: int
+    start_daemon: Any, notify: NotifySocket, signum: int
 ) -> None:
     """Sent at once, the signal comes while the libraries load, before the handlers are in
     place: it was a traceback (SIGINT), an exit by the signal (SIGTERM) or an onnxruntime
-    that failed to initialise. It is held until the handlers are in place, then drains."""
-    daemon: Daemon = start_daemon(wait_ready=False)
+    that failed to initialise. It is held until the handlers are in place, then drains,
+    without telling systemd it was ready first (it said READY=1, then STOPPING=1)."""
+    daemon: Daemon = start_daemon(wait_ready=False, env=notify.env(watchdog_usec=60_000_000))
     status, deadline = Path(f"/proc/{daemon.process.pid}/status"), time.monotonic() + 60
     while not int(_field(status, "SigBlk"), 16) & (1 << (signum - 1)):  # streamer.entry ran
         assert time.monotonic() < deadline, "the daemon never held its signals"
@@ -584,6 +585,9 @@ def test_a_stop_signal_while_the_daemon_starts_is_a_normal_stop(
     final = daemon.final_counts()
     assert final["received"] == 0 and final["drained"] is True
     assert not [e for e in daemon.logs if "Traceback" in str(e)]
+    notify.wait("STOPPING=1")
+    assert "READY=1" not in [text.split("\n")[0] for text in notify.texts()]
+    assert "ready" not in [e.get("event") for e in daemon.logs]
 
 
 def _field(status: Path, name: str) -> str:
