@@ -13,6 +13,7 @@ directory named by ``curve_clients_dir``. A ``.key_secret`` file never leaves it
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -20,9 +21,21 @@ import click
 from streamer.transport.security import write_key_pair
 
 
+def _file_names(
+    _ctx: click.Context, _param: click.Parameter, names: tuple[str, ...]
+) -> tuple[str, ...]:
+    """``names``, each a plain file name: one with a path separator (or ``..``) would write
+    its keys outside DIRECTORY."""
+    separators = {os.sep, os.altsep or os.sep}
+    for name in names:
+        if name in ("", ".", "..") or any(sep in name for sep in separators):
+            raise click.BadParameter(f"{name!r} is not a plain file name")
+    return names
+
+
 @click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.argument("names", nargs=-1)
+@click.argument("names", nargs=-1, callback=_file_names)
 @click.option("--force", is_flag=True, help="Replace existing key files of the same name.")
 def main(directory: Path, names: tuple[str, ...], force: bool) -> None:
     """Write NAME.key (public) and NAME.key_secret (mode 0600) into DIRECTORY for each NAME

@@ -10,6 +10,8 @@ Usage::
 
 from __future__ import annotations
 
+import math
+
 import click
 from tqdm import tqdm
 
@@ -24,6 +26,19 @@ from streamer.errors import StreamerError
 from streamer.transport.protocol import ENCODINGS
 
 
+def _finite(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
+    """``value``, refused when NaN or infinite (click's FloatRange lets them through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, got {value}")
+    return value
+
+
+def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value == "":
+        raise click.BadParameter("must not be empty")
+    return value
+
+
 @click.command()
 @click.argument("input_spec", metavar="INPUT")
 @click.option(
@@ -32,10 +47,11 @@ from streamer.transport.protocol import ENCODINGS
     show_default=True,
     help="The daemon's PULL ingress.",
 )
-@click.option("--source", help="Source id.  [default: the input's file stem]")
+@click.option("--source", callback=_non_empty, help="Source id.  [default: the input's file stem]")
 @click.option(
     "--fps",
     type=click.FloatRange(min=0),
+    callback=_finite,
     default=0.0,
     show_default=True,
     help="Frames per second; 0 sends as fast as possible.",
@@ -56,6 +72,7 @@ from streamer.transport.protocol import ENCODINGS
     "--send-timeout",
     "send_timeout_s",
     type=click.FloatRange(min=0, min_open=True),
+    callback=_finite,
     default=5.0,
     show_default=True,
     help="Seconds to wait for the daemon to take a frame (or the end-of-stream) before "
@@ -65,6 +82,7 @@ from streamer.transport.protocol import ENCODINGS
     "--close-timeout",
     "close_timeout_s",
     type=click.FloatRange(min=0, min_open=True),
+    callback=_finite,
     default=DEFAULT_CLOSE_TIMEOUT_S,
     show_default=True,
     help="Seconds to wait after the last frame for the queued frames and the end-of-stream "
@@ -88,7 +106,7 @@ def main(
     such as carphone.mp4, or a camera index) to a streamer daemon, then end-of-stream."""
     try:
         media = open_input(input_spec)
-        source = source or media.name
+        source = media.name if source is None else source
         total = _expected_frames(media, loop, limit)
         with tqdm(total=total, unit="frame", disable=no_progress) as bar:
             stats = produce(
@@ -106,6 +124,8 @@ def main(
             )
     except StreamerError as exc:
         raise click.ClickException(str(exc)) from exc
+    except ValueError as exc:  # an argument produce() refuses before it connects
+        raise click.UsageError(str(exc)) from exc
     click.echo(
         f"sent {stats.frames} frames ({stats.bytes_sent / 1e6:.2f} MB) as {source!r} "
         f"to {endpoint} in {stats.seconds:.2f} s ({stats.fps:.1f} fps)"

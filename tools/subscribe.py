@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from types import FrameType
+from typing import Any, TypeVar
 
 import click
+import cv2
 
 from streamer.clients import (
     DEFAULT_SUBSCRIBER_ENDPOINT,
@@ -26,7 +31,10 @@ from streamer.clients import (
     open_input,
     result_line,
 )
-from streamer.errors import StreamerError
+from streamer.errors import ClientError, StreamerError
+from streamer.lifecycle import Closing
+
+_T = TypeVar("_T")
 
 
 def _in_writable_directory(
@@ -44,6 +52,32 @@ def _in_writable_directory(
     if not path.exists() and not os.access(directory, os.W_OK):
         raise click.BadParameter(f"{path}: directory {directory} is not writable")
     return path
+
+
+def _video(_ctx: click.Context, _param: click.Parameter, spec: str | None) -> Path | None:
+    """The video file ``spec`` names, once known to be readable: a usage error before any
+    other file is opened or anything connects."""
+    if spec is None:
+        return None
+    try:
+        media = open_input(spec)
+    except StreamerError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    if media.kind != "video" or media.path is None:
+        raise click.BadParameter(f"needs a video file, got {media.kind} {spec!r}")
+    capture = cv2.VideoCapture(str(media.path))
+    readable = capture.isOpened()
+    capture.release()
+    if not readable:
+        raise click.BadParameter(f"cannot read video {media.path}")
+    return media.path
+
+
+def _finite(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
+    """``value``, refused when NaN or infinite (click's FloatRange lets them through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, got {value}")
+    return value
 
 
 @click.command()
@@ -71,6 +105,7 @@ def _in_writable_directory(
     "--idle-timeout",
     "idle_timeout_s",
     type=click.FloatRange(min=0),
+    callback=_finite,
     default=10.0,
     show_default=True,
     help="Stop after this many seconds without a result; 0: never.",
@@ -91,6 +126,7 @@ def _in_writable_directory(
 @click.option(
     "--annotate",
     metavar="VIDEO",
+    callback=_video,
     help="Draw the results onto this video (the producer's INPUT); needs --out.",
 )
 @click.option(
@@ -114,27 +150,27 @@ def main(
     idle_timeout_s: float,
     print_lines: bool,
     jsonl: Path | None,
-    annotate: str | None,
+    annotate: Path | None,
     out: Path | None,
     summary_path: Path | None,
 ) -> None:
     """Subscribe to a streamer daemon's results until the stop condition, then print a
-    summary (results per source, errors, detections per frame, latency percentiles)."""
+    summary (results per source, frames without a result, errors, detections per frame,
+    latency percentiles). Once connected it says ``subscribed to ENDPOINT`` on stderr:
+    results published before then are not delivered to it. SIGTERM stops it as Ctrl-C does."""
     if (annotate is None) != (out is None):
         raise click.UsageError("--annotate VIDEO and --out OUT.mp4 go together")
     if sources and (filtered := set(expect_eos) - set(sources)):
         raise click.UsageError(f"--expect-eos {_names(filtered)}: not among the --source ones")
+    signal.signal(signal.SIGTERM, _interrupt)
     summary = Summary()
     interrupted = False
     try:
         with contextlib.ExitStack() as stack:
             sinks = _open_sinks(stack, jsonl, annotate, out, sources)
             subscriber = stack.enter_context(Subscriber(endpoint, sources=sources))
-            results = subscriber.results(
-                expect_eos=expect_eos, count=count, idle_timeout_s=idle_timeout_s or None
-            )
             try:
-                for result in results:
+                for result in _results(subscriber, expect_eos, count, idle_timeout_s):
                     summary.add(result)
                     _handle(result, print_lines, *sinks)
             except KeyboardInterrupt:
@@ -145,6 +181,23 @@ def main(
     if missing := set(expect_eos) - summary.eos:
         why = _stop_reason(summary, interrupted, count, idle_timeout_s)
         raise click.ClickException(f"no end of stream from {_names(missing)}: {why}")
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM's handler: stop as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def _results(
+    subscriber: Subscriber, expect_eos: tuple[str, ...], count: int | None, idle_timeout_s: float
+) -> Iterator[dict[str, Any]]:
+    """The results until the stop condition, once connected within the idle timeout."""
+    if not subscriber.wait_connected(idle_timeout_s or None):
+        return
+    click.echo(f"subscribed to {subscriber.endpoint}", err=True)
+    yield from subscriber.results(
+        expect_eos=expect_eos, count=count, idle_timeout_s=idle_timeout_s or None
+    )
 
 
 def _report(summary: Summary, path: Path | None) -> None:
@@ -176,20 +229,17 @@ def _names(sources: set[str]) -> str:
 def _open_sinks(
     stack: contextlib.ExitStack,
     jsonl: Path | None,
-    annotate: str | None,
+    annotate: Path | None,
     out: Path | None,
     sources: tuple[str, ...],
-) -> tuple[IO[str] | None, Annotator | None]:
+) -> tuple[_JsonLines | None, Annotator | None]:
     """The JSONL file and the annotator asked for (None where not)."""
-    lines = stack.enter_context(jsonl.open("w")) if jsonl is not None else None
-    if annotate is None or out is None:
-        return lines, None
-    media = open_input(annotate)
-    if media.kind != "video" or media.path is None:
-        raise click.UsageError(f"--annotate needs a video file, got {media.kind} {annotate!r}")
-    source = sources[0] if len(sources) == 1 else None
-    annotator = Annotator(media.path, out, source=source)
-    stack.callback(_finish_annotation, annotator, out)
+    annotator = None
+    if annotate is not None and out is not None:
+        source = sources[0] if len(sources) == 1 else None
+        annotator = Annotator(annotate, out, source=source)
+        stack.callback(_finish_annotation, annotator, out)
+    lines = stack.enter_context(_JsonLines(jsonl)) if jsonl is not None else None
     return lines, annotator
 
 
@@ -197,16 +247,40 @@ def _finish_annotation(annotator: Annotator, out: Path) -> None:
     click.echo(f"wrote {annotator.close()} annotated frames to {out}", err=True)
 
 
+class _JsonLines(Closing):
+    """Results written to ``path``, one JSON object a line, each line flushed as written.
+
+    Raises:
+        ClientError: naming the file, when it cannot be written.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = self._io(lambda: path.open("w", buffering=1))
+
+    def write(self, result: dict[str, Any]) -> None:
+        self._io(lambda: self._file.write(json.dumps(result, separators=(",", ":")) + "\n"))
+
+    def close(self) -> None:
+        self._io(self._file.close)
+
+    def _io(self, action: Callable[[], _T]) -> _T:
+        try:
+            return action()
+        except OSError as exc:
+            raise ClientError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+
+
 def _handle(
     result: dict[str, Any],
     print_lines: bool,
-    lines: IO[str] | None,
+    lines: _JsonLines | None,
     annotator: Annotator | None,
 ) -> None:
     if print_lines:
         click.echo(result_line(result))
     if lines is not None:
-        lines.write(json.dumps(result, separators=(",", ":")) + "\n")
+        lines.write(result)
     if annotator is not None:
         annotator.add(result)
 

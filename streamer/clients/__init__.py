@@ -22,16 +22,17 @@ from streamer.clients.subscriber import (
     DEFAULT_SUBSCRIBER_ENDPOINT,
     Annotator,
     Subscriber,
-    Summary,
     draw_result,
     result_line,
 )
+from streamer.clients.summary import LATENCY_SAMPLE_SIZE, Summary
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
     "DEFAULT_PRODUCER_ENDPOINT",
     "DEFAULT_SUBSCRIBER_ENDPOINT",
     "IMAGE_SUFFIXES",
+    "LATENCY_SAMPLE_SIZE",
     "Annotator",
     "ClientError",
     "MediaInput",

@@ -22,17 +22,25 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Literal
 
 import cv2
 import numpy as np
 import zmq
 
-from streamer.assets import media_path
 from streamer.clients.outbox import Outbox
-from streamer.errors import ClientError, SendTimeoutError
+from streamer.errors import ClientError, FrameError, SendTimeoutError
 from streamer.lifecycle import Closing
-from streamer.transport.protocol import ENCODINGS, RUN_RULE, encode_eos, encode_frame, is_run
+from streamer.transport.protocol import (
+    ENCODINGS,
+    RUN_RULE,
+    encode_eos,
+    encode_frame,
+    is_run,
+    parse_header,
+)
+from streamer.vision.decode import DecodeLimits, check_payload
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
@@ -127,7 +135,9 @@ def open_input(spec: str | int | os.PathLike[str]) -> MediaInput:
     An int, or a string of digits that names no file, is a camera index; an existing folder
     is an image folder; an existing .jpg/.jpeg/.png file is a single image; any other
     existing file is a video; anything else is looked up as a fetched media name (e.g.
-    ``carphone.mp4``) with :func:`streamer.assets.media_path`.
+    ``carphone.mp4``) with :func:`streamer.assets.media_path`, imported only then: the
+    assets package pulls in onnx, over a second to import, which would delay a client's
+    start (a subscriber started with its producer would miss the first results).
 
     Raises:
         AssetError: ``spec`` is no existing path and no fetched media name.
@@ -139,6 +149,8 @@ def open_input(spec: str | int | os.PathLike[str]) -> MediaInput:
     if not path.exists():
         if text.isdigit():
             return MediaInput("camera", camera=int(text))
+        from streamer.assets import media_path
+
         path = media_path(text)
     if path.is_dir():
         return MediaInput("folder", path=path)
@@ -179,17 +191,21 @@ class ProducerStats:
     Attributes:
         frames: frame messages sent (end-of-stream not counted).
         bytes_sent: bytes of every message handed to ZMQ, headers included.
-        seconds: from the first send to the end of the last one (s).
+        seconds: from the first send to the end of the last one, end-of-stream included (s).
+        frames_span_s: from the start of the first frame's send to the start of the last
+            one's (s): ``frames - 1`` frame intervals.
     """
 
     frames: int
     bytes_sent: int
     seconds: float
+    frames_span_s: float = 0.0
 
     @property
     def fps(self) -> float:
-        """Average frames per second; 0.0 before two sends."""
-        return self.frames / self.seconds if self.seconds > 0 else 0.0
+        """The average frame rate: frame intervals per second between the first and the
+        last frame's send, ``(frames - 1) / frames_span_s``; 0.0 before two frames."""
+        return (self.frames - 1) / self.frames_span_s if self.frames_span_s > 0 else 0.0
 
 
 class Producer(Closing):
@@ -220,9 +236,13 @@ class Producer(Closing):
             interpreter exits (libzmq's threads may still be sending a closed socket's
             last bytes until then).
 
+    ``with Producer(...) as producer:`` closes it on the way out, or aborts it
+    (:meth:`abort`) when a KeyboardInterrupt is on its way out.
+
     Raises:
         ValueError: an unknown encoding, a quality outside 0-100, a send or close timeout
-            <= 0, ``sndhwm`` < 1, or a ``run`` id of another length.
+            not finite and > 0, ``sndhwm`` < 1, or a ``source`` or ``run`` the daemon would
+            refuse (the message is the daemon's); before any socket is made.
         ClientError: the endpoint is invalid.
     """
 
@@ -243,10 +263,10 @@ class Producer(Closing):
             raise ValueError(f"encoding must be one of {list(ENCODINGS)}, got {encoding!r}")
         if not 0 <= quality <= 100:
             raise ValueError(f"quality must be in 0-100, got {quality}")
-        if close_timeout_s <= 0 or send_timeout_s <= 0:
+        if not all(math.isfinite(t) and t > 0 for t in (send_timeout_s, close_timeout_s)):
             raise ValueError(
-                f"send_timeout_s and close_timeout_s must be > 0, got {send_timeout_s}, "
-                f"{close_timeout_s}"
+                f"send_timeout_s and close_timeout_s must be finite and > 0, got "
+                f"{send_timeout_s}, {close_timeout_s}"
             )
         if sndhwm < 1:
             raise ValueError(f"sndhwm must be >= 1, got {sndhwm}")
@@ -254,10 +274,15 @@ class Producer(Closing):
             raise ValueError(f"run must be {RUN_RULE}, got {run!r}")
         self.endpoint, self.source, self.encoding = endpoint, source, encoding
         self.run = uuid.uuid4().hex if run is None else run
+        try:
+            parse_header(encode_eos(source, 0, self.run)[0])
+        except (FrameError, TypeError) as exc:
+            raise ValueError(f"source {source!r:.80}: {_why(exc)}") from None
         self.send_timeout_s, self.close_timeout_s = send_timeout_s, close_timeout_s
         self._quality = quality
         self._seq = self._bytes = 0
         self._first_ns = self._last_ns = 0
+        self._first_frame_ns = self._last_frame_ns = 0
         self._outbox = Outbox()
         self._closed, self._undelivered = False, 0
         self._own_context = context is None
@@ -272,7 +297,9 @@ class Producer(Closing):
     @property
     def stats(self) -> ProducerStats:
         """Frames, bytes and seconds sent so far."""
-        return ProducerStats(self._seq, self._bytes, (self._last_ns - self._first_ns) / 1e9)
+        seconds = (self._last_ns - self._first_ns) / 1e9
+        span_s = (self._last_frame_ns - self._first_frame_ns) / 1e9
+        return ProducerStats(self._seq, self._bytes, seconds, span_s)
 
     @property
     def undelivered(self) -> int:
@@ -296,25 +323,50 @@ class Producer(Closing):
 
         Raises:
             SendTimeoutError: no daemon took the message within ``send_timeout_s``.
-            ClientError: the image is empty or cannot be encoded, or the producer is closed.
+            ClientError: the image is empty or cannot be encoded, the frame is one the daemon
+                would refuse (a ``ts`` that is no number, a ``meta`` that is no JSON object,
+                a ``raw`` array of a dtype or shape it does not take; the message is the
+                daemon's), or the producer is closed. Nothing is sent then.
         """
         self._check_open()
         payload = _encode(image, self.encoding, self._quality)
         stamp = time.time() if ts is None else ts
-        parts = encode_frame(
-            self.source,
-            self._seq,
-            payload,
-            encoding=self.encoding,
-            ts=stamp,
-            meta=meta,
-            run=self.run,
-        )
+        parts = self._frame_parts(payload, stamp, meta)
+        started_ns = time.monotonic_ns()
         self._send(parts)
+        self._first_frame_ns = self._first_frame_ns or started_ns
+        self._last_frame_ns = started_ns
         size = sum(len(part) for part in parts)
         self._seq += 1
         self._bytes += size
         return size
+
+    def _frame_parts(
+        self, payload: bytes | np.ndarray, ts: float, meta: dict[str, Any] | None
+    ) -> list[bytes | memoryview]:
+        """The parts of the next frame, checked by the daemon's own rules: its header
+        (:func:`~streamer.transport.protocol.parse_header`) and a ``raw`` array's fields
+        (:func:`~streamer.vision.decode.check_payload`, without size limits).
+
+        Raises:
+            ClientError: the daemon would refuse the frame.
+        """
+        try:
+            parts = encode_frame(
+                self.source,
+                self._seq,
+                payload,
+                encoding=self.encoding,
+                ts=ts,
+                meta=meta,
+                run=self.run,
+            )
+            header = parse_header(parts[0])
+            if self.encoding == "raw":
+                check_payload("raw", parts[1], header.fields, _NO_LIMITS)
+        except (FrameError, TypeError) as exc:
+            raise ClientError(f"the daemon would refuse frame {self._seq}: {_why(exc)}") from None
+        return parts
 
     def send_eos(self, *, wait: bool = True) -> bool:
         """Send end-of-stream after the last frame sent (seq 0 when none was).
@@ -367,6 +419,17 @@ class Producer(Closing):
         if not self._undelivered and self._own_context and time.monotonic() >= deadline_s:
             self._undelivered = 1
         return self._undelivered
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, KeyboardInterrupt):
+            self.abort()
+        else:
+            self.close()
 
     def abort(self) -> int:
         """Close at once, discarding the queued messages (after an interrupt); idempotent.
@@ -431,6 +494,15 @@ class Producer(Closing):
 
 
 _SEND_SLICE_S = 0.1
+_NO_LIMITS = DecodeLimits(max_width=2**62, max_height=2**62, max_pixels=2**62)
+"""The daemon's size limits are its own configuration: a frame over them gets an error
+result (``too_large``), it is not a malformed message."""
+
+
+def _why(exc: FrameError | TypeError) -> str:
+    """What the daemon says of a refused header (``bad_header: …``), or why it could not
+    be written as JSON."""
+    return str(exc) if isinstance(exc, FrameError) else f"not JSON: {exc}"
 
 
 def _slice_ms(send_timeout_s: float) -> int:
@@ -474,12 +546,12 @@ class Pacer:
         fps: frames per second; None or 0 means no pacing.
 
     Raises:
-        ValueError: ``fps`` is negative.
+        ValueError: ``fps`` is negative, infinite or NaN.
     """
 
     def __init__(self, fps: float | None) -> None:
-        if fps is not None and fps < 0:
-            raise ValueError(f"fps must be >= 0, got {fps}")
+        if fps is not None and not (math.isfinite(fps) and fps >= 0):
+            raise ValueError(f"fps must be finite and >= 0, got {fps}")
         self._period_ns = round(1e9 / fps) if fps else 0
         self._next_ns = 0
 
@@ -513,9 +585,10 @@ def produce(
 ) -> ProducerStats:
     """Send every frame of ``media`` to a daemon, then end-of-stream.
 
-    When a send times out, the frames after it are not sent; the end of stream still is,
-    waiting up to ``send_timeout_s`` for room, unless no daemon is connected (then only if
-    it can be queued at once). Either way :meth:`Producer.close` then waits up to
+    When a send times out, or a frame cannot be read, encoded or sent as it is (the daemon
+    would refuse it), the frames after it are not sent; the end of stream still is, waiting
+    up to ``send_timeout_s`` for room, unless no daemon is connected (then only if it can be
+    queued at once). Either way :meth:`Producer.close` then waits up to
     ``close_timeout_s`` for what is queued to leave. When a KeyboardInterrupt stops the
     frames (it is re-raised), nothing waits: end-of-stream is sent only if the daemon takes
     it at once, and frames still queued are discarded.
@@ -539,28 +612,31 @@ def produce(
 
     Raises:
         AssetError: ``media`` names no existing path and no fetched media.
-        ClientError: the input cannot be read; or the run ended short: a send timed out
-            (whether a daemon is connected, see :class:`SendTimeoutError`), or frames or the
-            end-of-stream were still queued ``close_timeout_s`` after the last send and
-            were discarded. The message then counts the frames sent, says from which
-            ``seq`` on none were, names the frames discarded (their count and ``seq``
-            range) and whether the end of stream was sent.
-        ValueError: a bad encoding, quality, fps, limit, loop or close timeout.
+        ClientError: the run ended short: a frame could not be read (the message names the
+            file, or the video) or sent as it is, a send timed out (whether a daemon is
+            connected, see :class:`SendTimeoutError`), or frames or the end-of-stream were
+            still queued ``close_timeout_s`` after the last send and were discarded. The
+            message then counts the frames sent, says from which ``seq`` on none were,
+            names the frames discarded (their count and ``seq`` range) and whether the end
+            of stream was sent.
+        ValueError: a bad source, encoding, quality, fps, limit, loop or timeout; before
+            anything connects.
     """
     if loop < 0 or (limit is not None and limit < 0):
         raise ValueError(f"loop and limit must be >= 0, got loop={loop}, limit={limit}")
+    pacer = Pacer(fps)
     media = media if isinstance(media, MediaInput) else open_input(media)
     frames = itertools.islice(_passes(media, loop), limit)
     with Producer(
         endpoint,
-        source=source or media.name,
+        source=media.name if source is None else source,
         encoding=encoding,
         quality=quality,
         send_timeout_s=send_timeout_s,
         close_timeout_s=close_timeout_s,
         context=context,
     ) as producer:
-        stopped = _send_frames(producer, frames, Pacer(fps), meta, on_sent)
+        stopped = _send_frames(producer, frames, pacer, meta, on_sent)
         eos_failure = _end_stream(producer, stopped)
     if stopped is None and eos_failure is None and not producer.undelivered:
         return producer.stats
@@ -573,18 +649,18 @@ def _send_frames(
     pacer: Pacer,
     meta: dict[str, Any] | None,
     on_sent: Callable[[int], None] | None,
-) -> SendTimeoutError | None:
-    """Send the named ``frames`` (:func:`produce`'s loop); the send timeout that stopped
-    them, None when every one was sent. A KeyboardInterrupt aborts the producer, after an
-    end of stream only if it is taken at once, and is re-raised."""
+) -> ClientError | None:
+    """Send the named ``frames`` (:func:`produce`'s loop); what stopped them (a send
+    timeout, a frame that could not be read or sent), None when every one was sent. A
+    KeyboardInterrupt aborts the producer, after an end of stream only if it is taken at
+    once, and is re-raised."""
     try:
         for image, name in frames:
             pacer.wait()
-            frame_meta = meta if name is None else {**(meta or {}), "file": name}
-            size = producer.send(image, ts=time.time(), meta=frame_meta)
+            size = producer.send(image, ts=time.time(), meta=_with_file(meta, name))
             if on_sent is not None:
                 on_sent(size)
-    except SendTimeoutError as exc:
+    except ClientError as exc:
         return exc
     except KeyboardInterrupt:
         producer.send_eos(wait=False)
@@ -593,10 +669,18 @@ def _send_frames(
     return None
 
 
-def _end_stream(producer: Producer, stopped: SendTimeoutError | None) -> SendTimeoutError | None:
+def _with_file(meta: dict[str, Any] | None, name: str | None) -> dict[str, Any] | None:
+    """``meta`` with ``"file": name`` for a frame read from a file; unchanged for another
+    frame, or when it is no JSON object (for :meth:`Producer.send` to refuse)."""
+    if name is None or not isinstance(meta, (dict, type(None))):
+        return meta
+    return {**(meta or {}), "file": name}
+
+
+def _end_stream(producer: Producer, stopped: ClientError | None) -> SendTimeoutError | None:
     """Queue the end of stream after the frames sent: waiting for room, unless ``stopped``
     found no daemon connected; None once queued, otherwise why it was not."""
-    if stopped is not None and not stopped.connected:
+    if isinstance(stopped, SendTimeoutError) and not stopped.connected:
         return None if producer.send_eos(wait=False) else stopped
     try:
         producer.send_eos()
@@ -606,7 +690,7 @@ def _end_stream(producer: Producer, stopped: SendTimeoutError | None) -> SendTim
 
 
 def _shortfall(
-    producer: Producer, stopped: SendTimeoutError | None, eos_failure: SendTimeoutError | None
+    producer: Producer, stopped: ClientError | None, eos_failure: SendTimeoutError | None
 ) -> str:
     """What a run that ended short tells its operator: why, the frames sent and not sent,
     those given up on still queued, and whether the end of stream was sent. A connection
@@ -617,7 +701,7 @@ def _shortfall(
         told += f", none from seq {sent} on"
     if producer.undelivered:
         told += f"; {_discarded(producer, eos_queued=eos_failure is None)}"
-    elif sent and (failure is None or failure.connected):
+    elif sent and _connected(failure):
         told += "; all of them left" + (
             " and so did the end of stream" if eos_failure is None else ""
         )
@@ -628,8 +712,15 @@ def _shortfall(
             f"{told}: the daemon at {producer.endpoint} takes frames slower than they were "
             "sent; allow a longer close timeout or send at a lower fps"
         )
-    hint = "; allow a longer send timeout or send at a lower fps" if failure.connected else ""
+    pushed_back = isinstance(failure, SendTimeoutError) and failure.connected
+    hint = "; allow a longer send timeout or send at a lower fps" if pushed_back else ""
     return f"{failure}; {told}{hint}"
+
+
+def _connected(failure: ClientError | None) -> bool:
+    """Whether a daemon was connected when ``failure`` stopped the run (a frame that could
+    not be read or sent says nothing of the daemon: assumed so)."""
+    return not isinstance(failure, SendTimeoutError) or failure.connected
 
 
 def _discarded(producer: Producer, *, eos_queued: bool) -> str:

@@ -3,11 +3,13 @@
 Result messages are ``[topic = source, json]`` (DESIGN.md §5, built by
 :func:`streamer.transport.protocol.encode_result`); the ``eos`` result of a source follows
 its last frame's result. PUB/SUB drops whatever is published before the subscription reaches
-the daemon, so start a subscriber before its producers::
+the daemon, so start a subscriber, and wait for its connection, before its producers::
 
     from streamer.clients import Summary, Subscriber
     summary = Summary()
     with Subscriber(sources=["carphone"]) as subscriber:
+        subscriber.wait_connected(10.0)
+        # ... start the producer here
         for result in subscriber.results(expect_eos=["carphone"]):
             summary.add(result)
     print(summary.as_dict())
@@ -18,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,15 +28,13 @@ import cv2
 import numpy as np
 import zmq
 
-from streamer.errors import ClientError, Reason
+from streamer.errors import ClientError
 from streamer.lifecycle import Closing
-from streamer.scheduling.sources import MAX_RUNS
 
 __all__ = [
     "DEFAULT_SUBSCRIBER_ENDPOINT",
     "Annotator",
     "Subscriber",
-    "Summary",
     "draw_result",
     "result_line",
 ]
@@ -64,6 +63,7 @@ class Subscriber(Closing):
         context: the ZMQ context; default ``zmq.Context.instance()``.
 
     Raises:
+        TypeError: ``sources`` is a single string (it would subscribe to its characters).
         ClientError: the endpoint is invalid.
     """
 
@@ -75,19 +75,42 @@ class Subscriber(Closing):
         rcvhwm: int = 10_000,
         context: zmq.Context[Any] | None = None,
     ) -> None:
+        if isinstance(sources, (str, bytes)):
+            raise TypeError(f"sources must be a collection of source ids, got {sources!r}")
         self.endpoint = endpoint
         self.sources = frozenset(sources)
         self.skipped = 0
+        self._connected = False
         self._socket = (context or zmq.Context.instance()).socket(zmq.SUB)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.RCVHWM, rcvhwm)
         for topic in sorted(self.sources) or [""]:
             self._socket.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        self._handshakes = self._socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         try:
             self._socket.connect(endpoint)
         except zmq.ZMQError as exc:
-            self._socket.close()
+            self.close()
             raise ClientError(f"cannot connect to {endpoint!r}: {exc}") from exc
+
+    def wait_connected(self, timeout_s: float | None = None) -> bool:
+        """Wait until the connection to the daemon is made (its handshake succeeded).
+
+        The subscriptions leave right after, ahead of anything else on the connection, so
+        the results of frames a producer sends from then on are delivered (a frame takes
+        milliseconds through the daemon; the subscriptions microseconds on a local network).
+
+        Args:
+            timeout_s: longest wait (s); None: no limit.
+
+        Returns:
+            Whether it is connected; True at once when it already was.
+        """
+        if self._connected:
+            return True
+        wait_ms = None if timeout_s is None else math.ceil(timeout_s * 1000)
+        self._connected = bool(self._handshakes.poll(wait_ms))
+        return self._connected
 
     def receive(self, timeout_s: float | None = None) -> dict[str, Any] | None:
         """The next result, or None when none arrives within ``timeout_s`` (None: no limit)."""
@@ -134,6 +157,9 @@ class Subscriber(Closing):
 
     def close(self) -> None:
         """Close the socket; idempotent."""
+        if not self._socket.closed:
+            self._socket.disable_monitor()
+        self._handshakes.close(linger=0)
         self._socket.close()
 
     def _parse(self, parts: list[bytes]) -> dict[str, Any] | None:
@@ -153,89 +179,6 @@ class Subscriber(Closing):
 
 def _remaining_ms(deadline: float) -> int:
     return max(0, math.ceil((deadline - time.monotonic()) * 1000))
-
-
-class Summary:
-    """Accumulates statistics over result dicts; feed it with :meth:`add`.
-
-    Attributes:
-        per_source: results per source (``eos`` results not counted).
-        errors: error results by ``error.reason``.
-        detections: frames without error by number of detections: ``0``, ``1``, ``2+``.
-        out_of_order: results whose ``seq`` is not above every earlier seq of their source's
-            ``run`` since its last restart or end of stream. The daemon's rules (README,
-            "Wire protocol") decide: ``seq`` counts per run (the latest
-            :data:`~streamer.scheduling.sources.MAX_RUNS` of a source), a ``seq`` of 0 is a
-            restart, and after an ``eos`` any
-            ``seq`` starts the count anew; a ``bad_header`` result, whose ``seq`` nobody
-            vouches for, is judged only when it is the next one (``last + 1``). A restart
-            with a counter not at 0, which the daemon confirms by a frame it drops, is not
-            seen here: its results count until they pass the old ``seq``.
-        eos: sources whose ``eos`` result arrived.
-        latencies_ms: ``latency_ms.total`` of every result that has it (ms).
-    """
-
-    def __init__(self) -> None:
-        self.per_source: Counter[str] = Counter()
-        self.errors: Counter[str] = Counter()
-        self.detections: Counter[str] = Counter({"0": 0, "1": 0, "2+": 0})
-        self.out_of_order = 0
-        self.eos: set[str] = set()
-        self.latencies_ms: list[float] = []
-        self._max_seq: dict[str, dict[str | None, int]] = {}
-        """Per source, the highest ``seq`` of each of its latest runs, the oldest first."""
-
-    def add(self, result: dict[str, Any]) -> None:
-        """Count one result dict as yielded by :meth:`Subscriber.results`."""
-        source = str(result.get("source", ""))
-        if result.get("eos") is True:
-            self.eos.add(source)
-            self._max_seq.pop(source, None)
-            return
-        self.per_source[source] += 1
-        self._check_order(source, result)
-        total = (result.get("latency_ms") or {}).get("total")
-        if isinstance(total, (int, float)):
-            self.latencies_ms.append(float(total))
-        if result.get("error"):
-            self.errors[str(result["error"].get("reason", "unknown"))] += 1
-        else:
-            found = len(result.get("detections") or [])
-            self.detections["2+" if found >= 2 else str(found)] += 1
-
-    def latency_percentiles_ms(self) -> dict[str, float | None]:
-        """p50, p95 and p99 of ``latency_ms.total`` (ms, linear interpolation); None if empty."""
-        if not self.latencies_ms:
-            return {"p50": None, "p95": None, "p99": None}
-        p50, p95, p99 = (round(float(v), 3) for v in np.percentile(self.latencies_ms, [50, 95, 99]))
-        return {"p50": p50, "p95": p95, "p99": p99}
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready copy of every statistic."""
-        return {
-            "results": sum(self.per_source.values()),
-            "per_source": dict(sorted(self.per_source.items())),
-            "errors": dict(sorted(self.errors.items())),
-            "detections_per_frame": dict(self.detections),
-            "out_of_order": self.out_of_order,
-            "eos": sorted(self.eos),
-            "latency_ms": self.latency_percentiles_ms(),
-        }
-
-    def _check_order(self, source: str, result: dict[str, Any]) -> None:
-        runs = self._max_seq.setdefault(source, {})
-        run = result.get("run") if isinstance(result.get("run"), str) else None
-        seq, last = result.get("seq"), runs.get(run)
-        refused = (result.get("error") or {}).get("reason") == Reason.BAD_HEADER
-        if not isinstance(seq, int) or (refused and (last is None or seq != last + 1)):
-            return
-        if last is not None and seq != 0 and seq <= last:
-            self.out_of_order += 1
-            return
-        runs.pop(run, None)
-        if len(runs) >= MAX_RUNS:
-            del runs[next(iter(runs))]
-        runs[run] = seq
 
 
 _ENVELOPE = frozenset(

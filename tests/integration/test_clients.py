@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import signal
@@ -437,6 +438,7 @@ def test_subscriber_stops_on_eos_and_summarises(context: Context, sockets: list[
         "detections_per_frame": {"0": 1, "1": 2, "2+": 1},
         "out_of_order": 1,
         "eos": ["a", "b"],
+        "missing": {"a": 0, "b": 0},
         "latency_ms": {"p50": 20.0, "p95": 38.0, "p99": 39.6},
     }
 
@@ -545,7 +547,8 @@ def test_subscribe_tool_fails_when_an_expected_end_of_stream_never_came(
     assert "no end of stream from 'a', 'b': --count 1 results came first" in counted.stderr
 
     both = _subscribe_tool(xpub, [*a_only, _eos("b", 0)], *expect)
-    assert both.returncode == 0 and both.stderr == "", both.stderr[-2000:]
+    assert both.returncode == 0, both.stderr[-2000:]
+    assert both.stderr == f"subscribed to {xpub.getsockopt_string(zmq.LAST_ENDPOINT)}\n"
 
     filtered = subprocess.run(
         [*SUBSCRIBE, "--source", "a", *expect], capture_output=True, text=True, timeout=60
@@ -602,3 +605,154 @@ def test_annotator_fills_frames_without_results(tmp_path: Path, assets: dict[str
     annotator.add(json.loads(_error("cam", 4, "decode_failed")[1]))
     assert annotator.frames_written == 0
     assert annotator.close() == annotator.close() == 10
+
+
+# --- review findings: start-up, input errors, header checks, interrupts, limits ------------
+
+
+def test_the_clients_and_subscribe_tool_do_not_import_onnx() -> None:
+    """``streamer.clients`` imported ``streamer.assets``, hence onnx (over a second), so a
+    subscriber started with its producer missed the first results."""
+    code = (
+        "import runpy, sys; import streamer.clients; assert 'onnx' not in sys.modules; "
+        f"sys.argv = [{str(ROOT / 'tools' / 'subscribe.py')!r}, '--help']\n"
+        "try: runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        "except SystemExit: assert 'onnx' not in sys.modules, 'subscribe.py imported onnx'"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_subscriber_waits_for_its_connection(context: Context, sockets: list[Socket]) -> None:
+    """wait_connected is False while no daemon is there, True once connected, and the
+    subscription then reaches the publisher."""
+    port = free_port()
+    with Subscriber(f"tcp://127.0.0.1:{port}", sources=["cam"], context=context) as subscriber:
+        assert not subscriber.wait_connected(0.2)
+        xpub = context.socket(zmq.XPUB)
+        sockets.append(xpub)
+        xpub.bind(f"tcp://127.0.0.1:{port}")
+        assert subscriber.wait_connected(10) and subscriber.wait_connected(0)
+        _await_subscriptions(xpub, {b"cam"})
+
+
+def test_subscriber_refuses_a_single_string_of_sources(context: Context) -> None:
+    """``sources="cam1"`` subscribed to "c", "a", "m" and "1"."""
+    with pytest.raises(TypeError, match="sources must be a collection of source ids, got 'cam1'"):
+        Subscriber(f"tcp://127.0.0.1:{free_port()}", sources="cam1", context=context)
+
+
+def test_produce_ends_the_run_at_an_unreadable_image(
+    context: Context, sockets: list[Socket], tmp_path: Path, astronaut: np.ndarray
+) -> None:
+    """A 4-byte b.jpg among good images raised out of the send loop: no end of stream, no
+    report. Now the run ends there, as after a send timeout."""
+    cv2.imwrite(str(tmp_path / "a.jpg"), astronaut[:32, :32])
+    (tmp_path / "b.jpg").write_bytes(b"\xff\xd8\xff\xe0")
+    cv2.imwrite(str(tmp_path / "c.jpg"), astronaut[:32, :32])
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    with pytest.raises(ClientError) as info:
+        produce(tmp_path, endpoint, context=context)
+    *frames, (eos, _) = _drain(pull)
+    assert [header.seq for header, _ in frames] == [0] and eos.eos and eos.seq == 0
+    assert str(info.value) == (
+        f"cannot read image {tmp_path / 'b.jpg'}; sent 1 frame(s), none from seq 1 on; all "
+        "of them left and so did the end of stream"
+    )
+
+
+@pytest.mark.parametrize(
+    ("send", "message"),
+    [
+        ({"meta": [1]}, "bad_header: `meta` must be a JSON object"),
+        ({"meta": {"k": {1, 2}}}, "not JSON: Type is not JSON serializable: set"),
+        ({"ts": "noon"}, "bad_header: `ts` must be a number"),
+        ({"image": np.zeros((4, 4, 3), np.float32)}, "unsupported_dtype: raw dtype 'float32'"),
+        ({"image": np.zeros((4, 4), np.uint8)}, "bad_header: `color` must be gray for 1 chan"),
+    ],
+)
+def test_producer_refuses_a_frame_the_daemon_would_refuse(
+    context: Context, sockets: list[Socket], send: dict[str, Any], message: str
+) -> None:
+    """The daemon's own rules, before anything is sent (these reached the daemon, which
+    refused them as bad_header; a set in meta was a bare TypeError)."""
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    with Producer(endpoint, source="cam", encoding="raw", context=context) as producer:
+        image = send.pop("image", np.zeros((4, 4, 3), np.uint8))
+        with pytest.raises(ClientError, match=f"^the daemon would refuse frame 0: {message}"):
+            producer.send(image, **send)
+        producer.send_eos()
+    ((eos, _),) = _drain(pull)
+    assert eos.eos and producer.stats.frames == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"source": ""}, "bad_header: `source` must be a non-empty string"),
+        ({"source": 7}, "bad_header: `source` must be a non-empty string"),
+        ({"source": "s" * 70_000}, "bad_header: header is 70"),
+        ({"send_timeout_s": math.nan}, "must be finite and > 0"),
+        ({"close_timeout_s": math.inf}, "must be finite and > 0"),
+    ],
+)
+def test_producer_refuses_bad_arguments_before_making_a_socket(
+    context: Context, arguments: dict[str, Any], message: str
+) -> None:
+    """A NaN send timeout raised after the socket was made (the context fixture then finds
+    it open); a source the daemon refuses was only seen there."""
+    with pytest.raises(ValueError, match=message):
+        Producer(
+            f"tcp://127.0.0.1:{free_port()}", **{"source": "cam", **arguments}, context=context
+        )
+
+
+def test_produce_refuses_an_empty_source_and_a_nan_fps(context: Context) -> None:
+    """``source=""`` silently became the file stem; ``fps=nan`` failed after connecting."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    with pytest.raises(ValueError, match="`source` must be a non-empty string"):
+        produce("astronaut.png", endpoint, source="", context=context)
+    for fps in (math.nan, math.inf):
+        with pytest.raises(ValueError, match="fps must be finite and >= 0"):
+            produce("astronaut.png", endpoint, fps=fps, context=context)
+
+
+def test_a_producer_interrupted_in_its_with_block_aborts(
+    context: Context, sockets: list[Socket], astronaut: np.ndarray
+) -> None:
+    """``with Producer(...)`` left by a KeyboardInterrupt waited the whole close timeout for
+    frames a daemon was not taking; other exceptions still close normally."""
+    _, endpoint = _slow_pull(context, sockets)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
+        with Producer(
+            endpoint, source="cam", encoding="raw", close_timeout_s=30, context=context
+        ) as producer:
+            for _ in range(5):
+                producer.send(astronaut)
+            raise KeyboardInterrupt
+    assert time.monotonic() - started < 10 and producer.undelivered > 0
+
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    with pytest.raises(RuntimeError), Producer(endpoint, source="cam", context=context) as producer:
+        producer.send(astronaut)
+        raise RuntimeError
+    assert producer.undelivered == 0 and len(_drain_frames(pull, 1)) == 1
+
+
+def _drain_frames(pull: Socket, count: int) -> list[list[bytes]]:
+    """``count`` messages from ``pull``."""
+    messages = []
+    for _ in range(count):
+        assert pull.poll(5000), "no message within 5 s"
+        messages.append(pull.recv_multipart())
+    return messages
+
+
+def test_producer_fps_is_the_frame_rate(context: Context, sockets: list[Socket]) -> None:
+    """A one-frame run reported thousands of fps (frames / the one send's duration), and a
+    paced run more than its pace (n frames over n - 1 intervals)."""
+    _, endpoint = _bind(context, zmq.PULL, sockets)
+    assert produce("astronaut.png", endpoint, context=context).fps == 0.0
+    paced = produce("astronaut.png", endpoint, loop=5, fps=10, context=context)
+    assert 9.0 <= paced.fps <= 10.05 and paced.frames_span_s >= 0.39
