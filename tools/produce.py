@@ -11,6 +11,7 @@ Usage::
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import click
 from tqdm import tqdm
@@ -22,6 +23,7 @@ from streamer.clients import (
     open_input,
     produce,
 )
+from streamer.clients.curve_options import curve_client, curve_options
 from streamer.errors import StreamerError
 from streamer.transport.protocol import ENCODINGS
 
@@ -89,6 +91,7 @@ def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     "to leave; frames still queued then are discarded and the exit code is 1.",
 )
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@curve_options
 def main(
     input_spec: str,
     endpoint: str,
@@ -101,9 +104,12 @@ def main(
     send_timeout_s: float,
     close_timeout_s: float,
     no_progress: bool,
+    curve_server_key: Path | None,
+    curve_secret_key: Path | None,
 ) -> None:
     """Send the frames of INPUT (a video, an image folder, an image, a fetched media name
     such as carphone.mp4, or a camera index) to a streamer daemon, then end-of-stream."""
+    curve = curve_client(curve_server_key, curve_secret_key)
     try:
         media = open_input(input_spec)
         source = media.name if source is None else source
@@ -121,6 +127,7 @@ def main(
                 send_timeout_s=send_timeout_s,
                 close_timeout_s=close_timeout_s,
                 on_sent=lambda _size: bar.update(),
+                curve=curve,
             )
     except StreamerError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -31,6 +31,7 @@ from streamer.clients import (
     open_input,
     result_line,
 )
+from streamer.clients.curve_options import curve_client, curve_options
 from streamer.errors import ClientError, StreamerError
 from streamer.lifecycle import Closing
 
@@ -142,6 +143,7 @@ def _finite(_ctx: click.Context, _param: click.Parameter, value: float | None) -
     callback=_in_writable_directory,
     help="Also write the summary to this JSON file.",
 )
+@curve_options
 def main(
     endpoint: str,
     sources: tuple[str, ...],
@@ -153,6 +155,8 @@ def main(
     annotate: Path | None,
     out: Path | None,
     summary_path: Path | None,
+    curve_server_key: Path | None,
+    curve_secret_key: Path | None,
 ) -> None:
     """Subscribe to a streamer daemon's results until the stop condition, then print a
     summary (results per source, frames without a result, errors, detections per frame,
@@ -162,13 +166,14 @@ def main(
         raise click.UsageError("--annotate VIDEO and --out OUT.mp4 go together")
     if sources and (filtered := set(expect_eos) - set(sources)):
         raise click.UsageError(f"--expect-eos {_names(filtered)}: not among the --source ones")
+    curve = curve_client(curve_server_key, curve_secret_key)
     signal.signal(signal.SIGTERM, _interrupt)
     summary = Summary()
     interrupted = False
     try:
         with contextlib.ExitStack() as stack:
             sinks = _open_sinks(stack, jsonl, annotate, out, sources)
-            subscriber = stack.enter_context(Subscriber(endpoint, sources=sources))
+            subscriber = stack.enter_context(Subscriber(endpoint, sources=sources, curve=curve))
             try:
                 for result in _results(subscriber, expect_eos, count, idle_timeout_s):
                     summary.add(result)

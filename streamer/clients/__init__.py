@@ -26,6 +26,7 @@ from streamer.clients.subscriber import (
     result_line,
 )
 from streamer.clients.summary import LATENCY_SAMPLE_SIZE, Summary
+from streamer.transport.security import CurveClient
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
@@ -35,6 +36,7 @@ __all__ = [
     "LATENCY_SAMPLE_SIZE",
     "Annotator",
     "ClientError",
+    "CurveClient",
     "MediaInput",
     "Pacer",
     "Producer",

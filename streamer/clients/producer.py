@@ -29,6 +29,7 @@ import cv2
 import numpy as np
 import zmq
 
+from streamer.clients.connection import connect
 from streamer.clients.outbox import Outbox
 from streamer.errors import ClientError, FrameError, SendTimeoutError
 from streamer.lifecycle import Closing
@@ -40,6 +41,7 @@ from streamer.transport.protocol import (
     is_run,
     parse_header,
 )
+from streamer.transport.security import CurveClient
 from streamer.vision.decode import DecodeLimits, check_payload
 
 __all__ = [
@@ -235,6 +237,8 @@ class Producer(Closing):
             :meth:`close`. A caller's context stays open: terminate it before the
             interpreter exits (libzmq's threads may still be sending a closed socket's
             last bytes until then).
+        curve: the keys of a CURVE client (:meth:`CurveClient.from_files`) for an ingress
+            that requires CURVE; None for a plain one.
 
     ``with Producer(...) as producer:`` closes it on the way out, or aborts it
     (:meth:`abort`) when a KeyboardInterrupt is on its way out.
@@ -258,6 +262,7 @@ class Producer(Closing):
         sndhwm: int = 32,
         run: str | None = None,
         context: zmq.Context[Any] | None = None,
+        curve: CurveClient | None = None,
     ) -> None:
         if encoding not in ENCODINGS:
             raise ValueError(f"encoding must be one of {list(ENCODINGS)}, got {encoding!r}")
@@ -288,7 +293,7 @@ class Producer(Closing):
         self._own_context = context is None
         self._context: zmq.Context[Any] = zmq.Context() if context is None else context
         try:
-            self._socket = _push_socket(self._context, endpoint, sndhwm)
+            self._socket = _push_socket(self._context, endpoint, sndhwm, curve)
         except ClientError:
             self._end_context()
             raise
@@ -510,15 +515,17 @@ def _slice_ms(send_timeout_s: float) -> int:
     return max(1, round(min(send_timeout_s, _SEND_SLICE_S) * 1000))
 
 
-def _push_socket(context: zmq.Context[Any], endpoint: str, sndhwm: int) -> zmq.Socket[Any]:
+def _push_socket(
+    context: zmq.Context[Any], endpoint: str, sndhwm: int, curve: CurveClient | None
+) -> zmq.Socket[Any]:
     socket = context.socket(zmq.PUSH)
     socket.setsockopt(zmq.IMMEDIATE, 1)
     socket.setsockopt(zmq.SNDHWM, sndhwm)
     try:
-        socket.connect(endpoint)
-    except zmq.ZMQError as exc:
+        connect(socket, endpoint, curve)
+    except ClientError:
         socket.close(linger=0)
-        raise ClientError(f"cannot connect to {endpoint!r}: {exc}") from exc
+        raise
     return socket
 
 
@@ -582,6 +589,7 @@ def produce(
     close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
     on_sent: Callable[[int], None] | None = None,
     context: zmq.Context[Any] | None = None,
+    curve: CurveClient | None = None,
 ) -> ProducerStats:
     """Send every frame of ``media`` to a daemon, then end-of-stream.
 
@@ -600,7 +608,7 @@ def produce(
         fps: frames per second (paced by :class:`Pacer`); None or 0 sends as fast as possible.
         limit: stop after this many frames; None for no limit.
         loop: passes over the input, 0 for endless (a single image is sent ``loop`` times).
-        encoding, quality, send_timeout_s, close_timeout_s, context: as for
+        encoding, quality, send_timeout_s, close_timeout_s, context, curve: as for
             :class:`Producer`.
         meta: a JSON object sent with every frame and echoed back in its result; frames
             read from image files also carry ``"file"``, the file's name.
@@ -635,6 +643,7 @@ def produce(
         send_timeout_s=send_timeout_s,
         close_timeout_s=close_timeout_s,
         context=context,
+        curve=curve,
     ) as producer:
         stopped = _send_frames(producer, frames, pacer, meta, on_sent)
         eos_failure = _end_stream(producer, stopped)

@@ -28,8 +28,10 @@ import cv2
 import numpy as np
 import zmq
 
+from streamer.clients.connection import connect
 from streamer.errors import ClientError
 from streamer.lifecycle import Closing
+from streamer.transport.security import CurveClient
 
 __all__ = [
     "DEFAULT_SUBSCRIBER_ENDPOINT",
@@ -61,6 +63,8 @@ class Subscriber(Closing):
         sources: source ids to subscribe to; empty for all.
         rcvhwm: results queued before ZMQ drops new ones.
         context: the ZMQ context; default ``zmq.Context.instance()``.
+        curve: the keys of a CURVE client (:meth:`CurveClient.from_files`) for an egress
+            that requires CURVE; None for a plain one.
 
     Raises:
         TypeError: ``sources`` is a single string (it would subscribe to its characters).
@@ -74,6 +78,7 @@ class Subscriber(Closing):
         sources: Iterable[str] = (),
         rcvhwm: int = 10_000,
         context: zmq.Context[Any] | None = None,
+        curve: CurveClient | None = None,
     ) -> None:
         if isinstance(sources, (str, bytes)):
             raise TypeError(f"sources must be a collection of source ids, got {sources!r}")
@@ -88,10 +93,10 @@ class Subscriber(Closing):
             self._socket.setsockopt(zmq.SUBSCRIBE, topic.encode())
         self._handshakes = self._socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         try:
-            self._socket.connect(endpoint)
-        except zmq.ZMQError as exc:
+            connect(self._socket, endpoint, curve)
+        except ClientError:
             self.close()
-            raise ClientError(f"cannot connect to {endpoint!r}: {exc}") from exc
+            raise
 
     def wait_connected(self, timeout_s: float | None = None) -> bool:
         """Wait until the connection to the daemon is made (its handshake succeeded).

@@ -25,6 +25,7 @@ __all__ = [
     "INGRESS_TYPES",
     "Endpoint",
     "check_endpoints",
+    "ipv6_host",
     "parse_endpoint",
     "parse_endpoints",
 ]
@@ -62,9 +63,8 @@ class Endpoint:
 
     @property
     def ipv6(self) -> bool:
-        """Whether the address is a bracketed IPv6 host (``tcp://[::1]:5555``), which
-        ZeroMQ binds or connects only on a socket with its ``IPV6`` option set."""
-        return self.address.startswith("tcp://[")
+        """Whether the address has an IPv6 host (:func:`ipv6_host`)."""
+        return ipv6_host(self.address)
 
     def attach(self, socket: zmq.Socket[bytes]) -> None:
         """Bind or connect ``socket``; set socket options before calling this (``IPV6`` is
@@ -95,6 +95,12 @@ class Endpoint:
 
     def __str__(self) -> str:
         return f"{self.kind}+{'bind' if self.bind else 'connect'}:{self.address}"
+
+
+def ipv6_host(address: str) -> bool:
+    """Whether a ZeroMQ address has a bracketed IPv6 host (``tcp://[::1]:5555``), which ZeroMQ
+    binds or connects only on a socket with its ``IPV6`` option set."""
+    return address.startswith("tcp://[")
 
 
 _NOT_LOCAL = (

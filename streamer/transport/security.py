@@ -39,12 +39,13 @@ from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 from streamer.config import EgressConfig, IngressConfig
-from streamer.errors import ConfigError
+from streamer.errors import ClientError, ConfigError
 from streamer.log_budget import LogBudget
 
 __all__ = [
     "MAX_LOGGED_KEYS",
     "ClientKeys",
+    "CurveClient",
     "CurveAuthenticator",
     "CurveServer",
     "HandshakeMonitor",
@@ -151,6 +152,65 @@ class CurveServer:
         socket.setsockopt(zmq.CURVE_PUBLICKEY, self.public_key)
         socket.setsockopt(zmq.CURVE_SECRETKEY, self.secret_key)
         socket.setsockopt(zmq.ZAP_DOMAIN, self.domain.encode())
+
+
+@dataclass(frozen=True)
+class CurveClient:
+    """A client's CURVE settings: its own key pair and the server's public key.
+
+    Attributes:
+        public_key, secret_key: the client's key pair, Z85-encoded (40 bytes each).
+        server_key: the server's public key, Z85-encoded.
+    """
+
+    public_key: bytes
+    secret_key: bytes
+    server_key: bytes
+
+    @classmethod
+    def from_files(cls, server_key_file: Path, secret_key_file: Path) -> CurveClient:
+        """Load the keys a client of a CURVE socket needs.
+
+        Args:
+            server_key_file: the server's ``.key`` (public) file, as ``tools/keygen.py``
+                wrote it.
+            secret_key_file: the client's own ``.key_secret`` file (its allowed ``.key``
+                file is in the server's ``curve_clients_dir``).
+
+        Raises:
+            ClientError: this libzmq has no CURVE, or a file cannot be read, is malformed,
+                or (the client's) holds no secret key; the message names the file.
+        """
+        if not zmq.has("curve"):
+            raise ClientError("CURVE keys given, but this libzmq was built without CURVE")
+        server_key, _ = _load_keys(server_key_file)
+        public, secret = _load_keys(secret_key_file)
+        if secret is None:
+            raise ClientError(
+                f"{secret_key_file} holds no secret key; give the client's .key_secret file"
+            )
+        return cls(public, secret, server_key)
+
+    def apply(self, socket: zmq.Socket[Any]) -> None:
+        """Make ``socket`` a CURVE client of the server; call before it connects."""
+        socket.setsockopt(zmq.CURVE_SERVERKEY, self.server_key)
+        socket.setsockopt(zmq.CURVE_PUBLICKEY, self.public_key)
+        socket.setsockopt(zmq.CURVE_SECRETKEY, self.secret_key)
+
+
+def _load_keys(path: Path) -> tuple[bytes, bytes | None]:
+    """The Z85 (public, secret or None) keys of a ``zmq.auth`` key file.
+
+    Raises:
+        ClientError: it cannot be read or holds no well-formed CURVE key.
+    """
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise ClientError(f"CURVE key file {path}: {exc}") from exc
+    if not all(_is_curve_key(key) for key in (public, secret) if key is not None):
+        raise ClientError(f"CURVE key file {path}: {_BAD_KEY}")
+    return public, secret
 
 
 class ClientKeys:

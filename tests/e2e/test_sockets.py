@@ -9,6 +9,8 @@ Each daemon keeps the harness's plain PULL ingress and PUB egress (the synchroni
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -288,6 +290,55 @@ def test_curve_lets_in_only_allowed_clients(
     ]
     assert len(failed) == len(set(failed))  # once per kind of failure
     assert {socket for socket, _ in failed} == {"ingress locked", "egress locked"}
+
+
+def test_the_client_tools_speak_curve(
+    start_daemon: Any, keys: dict[str, Path], tmp_path: Path
+) -> None:
+    """produce.py and subscribe.py had no CURVE options: against a locked daemon the producer
+    said no daemon was connected, and the subscriber received nothing."""
+    ingress, egress = free_port(), free_port()
+    curve = {
+        "curve_secret_key_file": str(keys["server"]),
+        "curve_clients_dir": str(keys["clients"]),
+    }
+    start_daemon(
+        ingress_extra=table("ingress", name="locked", uri=f"pull+bind:{tcp(ingress)}", **curve)
+        + table("egress", name="locked", uri=f"pub+bind:{tcp(egress)}", **curve)
+    )
+    server_key = keys["server"].with_suffix(".key")  # the public file a client is given
+    tools = Path(__file__).resolve().parents[2] / "tools"
+
+    def keys_of(name: str) -> list[str]:
+        return ["--curve-server-key", str(server_key), "--curve-secret-key", str(keys[name])]
+
+    log = tmp_path / "subscribe.log"
+    with log.open("wb") as stderr:
+        subscriber = subprocess.Popen(
+            [sys.executable, str(tools / "subscribe.py"), "--endpoint", tcp(egress), "--quiet"]
+            + ["--expect-eos", "door", "--idle-timeout", "60", *keys_of("viewer")],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+        deadline = time.monotonic() + 60
+        while b"subscribed to" not in log.read_bytes():
+            assert time.monotonic() < deadline and subscriber.poll() is None, log.read_text()
+            time.sleep(0.05)
+        produce = [sys.executable, str(tools / "produce.py"), "astronaut.png", "--no-progress"]
+        produce += ["--endpoint", tcp(ingress), "--source", "door", "--loop", "3"]
+        sent = subprocess.run([*produce, *keys_of("camera")], capture_output=True, timeout=120)
+        assert sent.returncode == 0, sent.stderr
+        out, _ = subscriber.communicate(timeout=60)
+    assert subscriber.returncode == 0, log.read_text()
+    assert json.loads(out)["per_source"] == {"door": 3}
+    refused = subprocess.run(
+        [*produce, "--send-timeout", "1", *keys_of("stranger")], capture_output=True, timeout=120
+    )
+    assert refused.returncode == 1 and b"no daemon is connected" in refused.stderr
+    half = subprocess.run(
+        [*produce, "--curve-server-key", str(server_key)], capture_output=True, timeout=120
+    )
+    assert half.returncode == 2 and b"go together" in half.stderr
 
 
 def _all(socket: zmq.Socket[Any]) -> list[list[bytes]]:

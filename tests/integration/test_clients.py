@@ -7,6 +7,7 @@ import math
 import random
 import re
 import signal
+import socket as bsd_socket
 import subprocess
 import sys
 import threading
@@ -756,3 +757,34 @@ def test_producer_fps_is_the_frame_rate(context: Context, sockets: list[Socket])
     assert produce("astronaut.png", endpoint, context=context).fps == 0.0
     paced = produce("astronaut.png", endpoint, loop=5, fps=10, context=context)
     assert 9.0 <= paced.fps <= 10.05 and paced.frames_span_s >= 0.39
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with bsd_socket.socket(bsd_socket.AF_INET6, bsd_socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_the_clients_connect_to_an_ipv6_host() -> None:
+    """Without ZeroMQ's IPV6 option on their sockets they never connected to tcp://[::1]."""
+    context: zmq.Context[Any] = zmq.Context()
+    pull, pub = context.socket(zmq.PULL), context.socket(zmq.XPUB)
+    for bound in (pull, pub):
+        bound.setsockopt(zmq.IPV6, 1)
+        bound.setsockopt(zmq.LINGER, 0)
+        bound.bind("tcp://[::1]:*")
+    try:
+        subscriber_endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT)
+        with Subscriber(subscriber_endpoint) as subscriber:
+            assert subscriber.wait_connected(10.0)
+        with Producer(pull.getsockopt_string(zmq.LAST_ENDPOINT), source="v6") as producer:
+            producer.send(np.zeros((8, 8, 3), np.uint8))
+        assert pull.poll(5000) and parse_header(pull.recv_multipart()[0]).source == "v6"
+    finally:
+        pull.close()
+        pub.close()
+        context.term()

@@ -18,8 +18,9 @@ from structlog.testing import capture_logs
 
 from streamer.cli import main
 from streamer.config import EgressConfig, IngressConfig
-from streamer.errors import ConfigError
+from streamer.errors import ClientError, ConfigError
 from streamer.transport.security import (
+    CurveClient,
     CurveServer,
     HandshakeMonitor,
     check_curve_keys,
@@ -68,9 +69,7 @@ def _client(context: zmq.Context[Any], address: str, pair: Path | None, server: 
     push = context.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     if pair is not None:
-        public, secret = zmq.auth.load_certificate(pair)
-        push.curve_publickey, push.curve_secretkey = public, secret
-        push.curve_serverkey = zmq.auth.load_certificate(server)[0]
+        CurveClient.from_files(server, pair).apply(push)
     push.connect(address)
     return push
 
@@ -163,6 +162,23 @@ def test_without_an_authenticator_a_curve_socket_admits_nobody(
     finally:
         client.close()
         pull.close()
+
+
+def test_a_client_needs_its_secret_key_and_well_formed_key_files(
+    keys: dict[str, Path], tmp_path: Path
+) -> None:
+    client = CurveClient.from_files(keys["public"], keys["ok"])
+    assert len(client.public_key) == len(client.secret_key) == len(client.server_key) == 40
+    assert CurveClient.from_files(keys["secret"], keys["ok"]).server_key == client.server_key
+    public_only = keys["ok"].with_suffix(".key")
+    with pytest.raises(ClientError, match=f"{public_only} holds no secret key"):
+        CurveClient.from_files(keys["public"], public_only)
+    garbage = tmp_path / "garbage.key"
+    garbage.write_text('curve\n    public-key = "not a key"\n')
+    missing = tmp_path / "missing.key"
+    for bad in (garbage, missing):
+        with pytest.raises(ClientError, match=f"CURVE key file {bad}"):
+            CurveClient.from_files(bad, keys["ok"])
 
 
 def test_no_curve_socket_no_authenticator(context: zmq.Context[Any]) -> None:

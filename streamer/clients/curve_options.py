@@ -1,0 +1,50 @@
+"""The CURVE options of the client tools (``tools/produce.py``, ``tools/subscribe.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from streamer.errors import ClientError
+from streamer.transport.security import CurveClient
+
+__all__ = ["curve_client", "curve_options"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_KEY_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def curve_options(command: F) -> F:
+    """Add ``--curve-server-key`` and ``--curve-secret-key`` (the ``curve_server_key`` and
+    ``curve_secret_key`` parameters) to a click command."""
+    command = click.option(
+        "--curve-secret-key",
+        type=_KEY_FILE,
+        help="This client's .key_secret file (tools/keygen.py), for a daemon socket that "
+        "requires CURVE; with --curve-server-key.",
+    )(command)
+    return click.option(
+        "--curve-server-key",
+        type=_KEY_FILE,
+        help="The daemon's public .key file, for a socket that requires CURVE.",
+    )(command)
+
+
+def curve_client(server_key: Path | None, secret_key: Path | None) -> CurveClient | None:
+    """The CURVE client of the two options; None when neither is given.
+
+    Raises:
+        click.UsageError: only one is given, or a key file is not one keygen writes.
+    """
+    if server_key is None and secret_key is None:
+        return None
+    if server_key is None or secret_key is None:
+        raise click.UsageError("--curve-server-key and --curve-secret-key go together")
+    try:
+        return CurveClient.from_files(server_key, secret_key)
+    except ClientError as exc:
+        raise click.UsageError(str(exc)) from exc
