@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import cv2
@@ -9,6 +10,16 @@ import numpy as np
 import pytest
 
 from streamer.assets import ASSETS, SPLITS, asset_path, fetch_assets
+
+
+@pytest.fixture(scope="session")
+def ipv6_loopback() -> None:
+    """Skip a test on a machine without an IPv6 loopback (``::1``)."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
 
 
 @pytest.fixture(scope="session")

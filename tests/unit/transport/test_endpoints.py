@@ -203,16 +203,7 @@ def test_an_ipv6_host_needs_brackets() -> None:
     assert parse_endpoint("pull+bind:tcp://[::1]:6555", INGRESS_TYPES, "ingress").ipv6
 
 
-def _ipv6_loopback() -> bool:
-    try:
-        with sockets.socket(sockets.AF_INET6, sockets.SOCK_STREAM) as probe:
-            probe.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+@pytest.mark.usefixtures("ipv6_loopback")
 @pytest.mark.parametrize("host", ["[::1]", "[::]"])
 def test_ipv6_endpoints_bind_and_connect(host: str) -> None:
     """Without ZeroMQ's IPV6 option a bind failed as "no address of this machine" and a
