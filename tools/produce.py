@@ -10,7 +10,6 @@ Usage::
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import click
@@ -23,16 +22,9 @@ from streamer.clients import (
     open_input,
     produce,
 )
-from streamer.clients.curve_options import curve_client, curve_options
+from streamer.clients.tool_options import curve_client, curve_options, finite
 from streamer.errors import StreamerError
 from streamer.transport.protocol import ENCODINGS
-
-
-def _finite(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
-    """``value``, refused when NaN or infinite (click's FloatRange lets them through)."""
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"must be a finite number, got {value}")
-    return value
 
 
 def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -53,7 +45,7 @@ def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option(
     "--fps",
     type=click.FloatRange(min=0),
-    callback=_finite,
+    callback=finite,
     default=0.0,
     show_default=True,
     help="Frames per second; 0 sends as fast as possible.",
@@ -74,7 +66,7 @@ def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     "--send-timeout",
     "send_timeout_s",
     type=click.FloatRange(min=0, min_open=True),
-    callback=_finite,
+    callback=finite,
     default=5.0,
     show_default=True,
     help="Seconds to wait for the daemon to take a frame (or the end-of-stream) before "
@@ -84,7 +76,7 @@ def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     "--close-timeout",
     "close_timeout_s",
     type=click.FloatRange(min=0, min_open=True),
-    callback=_finite,
+    callback=finite,
     default=DEFAULT_CLOSE_TIMEOUT_S,
     show_default=True,
     help="Seconds to wait after the last frame for the queued frames and the end-of-stream "

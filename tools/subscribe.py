@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from streamer.clients import (
     open_input,
     result_line,
 )
-from streamer.clients.curve_options import curve_client, curve_options
+from streamer.clients.tool_options import curve_client, curve_options, finite
 from streamer.errors import ClientError, StreamerError
 from streamer.lifecycle import Closing
 
@@ -74,13 +73,6 @@ def _video(_ctx: click.Context, _param: click.Parameter, spec: str | None) -> Pa
     return media.path
 
 
-def _finite(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
-    """``value``, refused when NaN or infinite (click's FloatRange lets them through)."""
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"must be a finite number, got {value}")
-    return value
-
-
 @click.command()
 @click.option(
     "--endpoint",
@@ -106,7 +98,7 @@ def _finite(_ctx: click.Context, _param: click.Parameter, value: float | None) -
     "--idle-timeout",
     "idle_timeout_s",
     type=click.FloatRange(min=0),
-    callback=_finite,
+    callback=finite,
     default=10.0,
     show_default=True,
     help="Stop after this many seconds without a result; 0: never.",

@@ -1,7 +1,9 @@
-"""The CURVE options of the client tools (``tools/produce.py``, ``tools/subscribe.py``)."""
+"""Options the client tools share (``tools/produce.py``, ``tools/subscribe.py``): CURVE keys
+and a finite-number check."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,7 +13,7 @@ import click
 from streamer.errors import ClientError
 from streamer.transport.security import CurveClient
 
-__all__ = ["curve_client", "curve_options"]
+__all__ = ["curve_client", "curve_options", "finite"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,3 +50,15 @@ def curve_client(server_key: Path | None, secret_key: Path | None) -> CurveClien
         return CurveClient.from_files(server_key, secret_key)
     except ClientError as exc:
         raise click.UsageError(str(exc)) from exc
+
+
+def finite(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
+    """A click callback: ``value``, refused when NaN or infinite (click's FloatRange lets
+    them through).
+
+    Raises:
+        click.BadParameter: ``value`` is NaN or infinite.
+    """
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, got {value}")
+    return value
