@@ -10,6 +10,7 @@ Example (TOML)::
     [runtime.options]
     intra_op_threads = 1                       # threads per session.run, 0 = onnxruntime's
     providers = ["CPUExecutionProvider"]       # execution providers, first choice first
+    rows_per_run = 2                           # a batch runs as session.runs of 2 rows
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ class OnnxOptions(BaseModel):
         min_length=1,
         description="execution providers, first choice first; with the CUDA (or ROCm) one, "
         "runtime.devices are its device ids",
+    )
+    rows_per_run: int = Field(
+        default=0,
+        ge=0,
+        le=1 << 20,
+        description="batch rows per session.run at most; a larger batch runs as several "
+        "runs, their outputs joined; 0 = the whole batch in one run",
     )
 
     @field_validator("providers")

@@ -4,8 +4,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 from click.testing import CliRunner
+from onnx import TensorProto, helper
 from structlog.testing import capture_logs
 
 from streamer.cli import main
@@ -135,6 +137,7 @@ def test_interrupt_ends_an_enqueue_waiting_for_room(short_range_model: Path) -> 
         ({"providers": []}, "runtime.options.providers: Tuple should have at least 1 item"),
         ({"intra_op_threads": True}, "runtime.options.intra_op_threads: Input should be a valid"),
         ({"intra_op_threads": "2"}, "runtime.options.intra_op_threads: Input should be a valid"),
+        ({"rows_per_run": -1}, "runtime.options.rows_per_run: Input should be greater"),
         (
             {"providers": ["CPUExecutionProvider", "NopeExecutionProvider"]},
             "runtime.options.providers: Value error, ['NopeExecutionProvider'] not in this "
@@ -166,7 +169,8 @@ def test_streamer_check_exits_2_on_an_option_typo(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["check", "--config", str(config)])
     assert result.exit_code == 2
     assert (
-        "runtime.options.intra_op_thread: unknown key (known: intra_op_threads, providers); "
+        "runtime.options.intra_op_thread: unknown key (known: intra_op_threads, providers, "
+        "rows_per_run); "
         "did you mean 'intra_op_threads'?" in result.output
     )
 
@@ -185,3 +189,125 @@ def test_a_session_none_of_whose_providers_started_is_a_backend_error(
         _check_providers(spec, ["CUDAExecutionProvider", *cpu], cpu)
         _check_providers(spec, cpu, cpu)
     assert [(e["event"], e["active"]) for e in logs] == [("provider_fallback", cpu)]
+
+
+def _centering_model(path: Path, output_rows: str | int = "batch") -> Path:
+    """y = x - mean(x over the batch axis): a run's outputs depend on the rows it ran with,
+    so they show how a batch was cut. ``output_rows`` names y's first dimension; y has
+    ``mean``'s single row instead when it is 1."""
+    mean = helper.make_node("ReduceMean", ["x"], ["mean"], axes=[0], keepdims=1)
+    last = helper.make_node("Sub", ["x", "mean"], ["y"])
+    if output_rows == 1:
+        last = helper.make_node("Identity", ["mean"], ["y"])
+    graph = helper.make_graph(
+        [mean, last],
+        "centering",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [output_rows, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def _run(model: QueueModel, batch: np.ndarray) -> np.ndarray:
+    model.enqueue([batch])
+    done = model.dequeue(5000)
+    assert done is not None and done.error is None and done.outputs is not None
+    return np.asarray(done.outputs[0])
+
+
+def _centred_in_runs(batch: np.ndarray, rows: int) -> np.ndarray:
+    runs = [batch[i : i + rows] for i in range(0, len(batch), rows)]
+    return np.concatenate([run - run.mean(axis=0, keepdims=True) for run in runs])
+
+
+def test_rows_per_run_cuts_a_batch_into_runs_and_joins_their_outputs(tmp_path: Path) -> None:
+    path = _centering_model(tmp_path / "centering.onnx")
+    batch = np.arange(15, dtype=np.float32).reshape(5, 3) ** 2
+    with open_backend(RuntimeConfig(options={"rows_per_run": 2})) as backend:
+        with backend.load(ModelSpec("c", path)) as model:
+            assert model.rows_per_run == 2
+            np.testing.assert_allclose(_run(model, batch), _centred_in_runs(batch, 2))
+            np.testing.assert_allclose(_run(model, batch[:2]), _centred_in_runs(batch[:2], 2))
+        with backend.load(ModelSpec("c", path, options={"rows_per_run": 0})) as whole:
+            np.testing.assert_allclose(_run(whole, batch), _centred_in_runs(batch, 5))
+
+
+def test_rows_per_run_gives_blazeface_the_same_outputs(short_range_model: Path) -> None:
+    batch = np.random.default_rng(0).uniform(-1, 1, (8, 3, 128, 128)).astype(np.float32)
+    outputs = {}
+    for rows in (0, 2, 3):
+        options = {"intra_op_threads": 1, "rows_per_run": rows}
+        with open_backend(RuntimeConfig(options=options)) as backend:
+            with backend.load(ModelSpec("face", short_range_model)) as model:
+                model.enqueue([batch])
+                done = model.dequeue(5000)
+                assert done is not None and done.outputs is not None
+                outputs[rows] = done.outputs
+    for rows in (2, 3):
+        for cut, whole in zip(outputs[rows], outputs[0], strict=True):
+            assert cut.shape == whole.shape
+            np.testing.assert_allclose(cut, whole, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_per_run_is_ignored_without_a_named_batch_axis(tmp_path: Path) -> None:
+    """An output whose first dimension is not the inputs' named one cannot be joined: the
+    model runs whole batches, said once per model (not per replica or reload)."""
+    path = _centering_model(tmp_path / "fixed.onnx", output_rows=1)
+    batch = np.ones((4, 3), np.float32)
+    with (
+        capture_logs() as logs,
+        open_backend(RuntimeConfig(options={"rows_per_run": 2})) as backend,
+    ):
+        for _ in range(2):
+            with backend.load(ModelSpec("c", path)) as model:
+                assert model.rows_per_run == 0
+                assert _run(model, batch).shape == (1, 3)
+    said = [e for e in logs if e["event"] == "rows_per_run_ignored"]
+    assert [(e["model"], e["rows_per_run"]) for e in said] == [("c", 2)]
+
+
+def _filtering_model(path: Path) -> Path:
+    """y = the rows of x whose first value is above 5, declared ``["batch", 3]`` as x is."""
+    nodes = [
+        helper.make_node("Gather", ["x", "zero"], ["first"], axis=1),
+        helper.make_node("Greater", ["first", "five"], ["keep"]),
+        helper.make_node("Compress", ["x", "keep"], ["y"], axis=0),
+    ]
+    constants = [
+        helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+        helper.make_tensor("five", TensorProto.FLOAT, [], [5.0]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "filtering",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        constants,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_an_output_that_is_not_batch_first_after_all_turns_rows_per_run_off(
+    tmp_path: Path,
+) -> None:
+    """The output says ``batch`` but has other rows: the first cut batch runs again whole,
+    with a warning, and the model's later batches run whole."""
+    path = _filtering_model(tmp_path / "filtering.onnx")
+    batch = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with (
+        capture_logs() as logs,
+        open_backend(RuntimeConfig(options={"rows_per_run": 2})) as backend,
+    ):
+        with backend.load(ModelSpec("c", path)) as model:
+            assert model.rows_per_run == 2
+            for _ in range(2):
+                np.testing.assert_allclose(_run(model, batch), batch[2:])
+            assert model.rows_per_run == 0
+    warned = [e for e in logs if e["event"] == "rows_per_run_off"]
+    assert [(e["model"], e["rows"], e["output_shapes"]) for e in warned] == [("c", 2, [[0, 3]])]
