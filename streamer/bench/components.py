@@ -26,8 +26,18 @@ import numpy as np
 from streamer.bench.clock import Cost, Stopwatch
 from streamer.bench.frameset import FrameSet
 from streamer.bench.work import FrameWork
+from streamer.config import Config
+from streamer.runtime.onnx_options import parse_onnx_options
 
-__all__ = ["Components", "Limit", "cpu_cores", "find_limit", "measure_components"]
+__all__ = [
+    "Components",
+    "Limit",
+    "cpu_cores",
+    "find_limit",
+    "measure_components",
+    "rows_per_run",
+    "run_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,17 @@ class Components:
         """The batch size with the least inference CPU time per frame."""
         return min(self.inference, key=lambda size: self.inference[size].cpu_ms)
 
+    def inference_at(self, rows: float) -> Cost:
+        """Inference cost per frame in runs of ``rows`` rows, interpolated between the
+        measured batch sizes (a mean batch is fractional)."""
+        sizes = sorted(self.inference)
+        costs = [self.inference[size] for size in sizes]
+        return Cost(
+            float(np.interp(rows, sizes, [c.cpu_ms for c in costs])),
+            float(np.interp(rows, sizes, [c.wall_ms for c in costs])),
+            sum(c.frames for c in costs),
+        )
+
     def cpu_ms_per_frame(self, batch_size: int) -> float:
         """CPU ms per frame of all four steps, inference at ``batch_size``."""
         steps = (self.decode, self.preprocess, self.inference[batch_size], self.postprocess)
@@ -83,6 +104,19 @@ class Limit:
     batch_size: int
     cpu_ms_per_frame: float
     cores: int
+
+
+def rows_per_run(config: Config) -> int:
+    """The rows per model run that ``config``'s backend cuts a batch into (onnxruntime's
+    ``rows_per_run``); 0 = a batch runs whole (the ACL backends run the model's gears)."""
+    if config.runtime.backend != "onnxruntime":
+        return 0
+    return parse_onnx_options(config.runtime.options).rows_per_run
+
+
+def run_rows(batch: float, rows_per_run: int) -> float:
+    """Rows of each model run for batches of ``batch`` frames (:func:`rows_per_run`)."""
+    return min(batch, rows_per_run) if rows_per_run else batch
 
 
 def cpu_cores() -> int:

@@ -116,13 +116,18 @@ class DaemonUnderTest:
         ports: the ports in that config.
         max_size: its batch ``max_size``.
         log_path: where the daemon's log lines go once it is stopped.
+        rows_per_run: the rows per model run its backend cuts batches into
+            (:func:`~streamer.bench.components.rows_per_run`).
 
     Raises:
         StreamerError: the daemon did not become ready within 120 s.
     """
 
-    def __init__(self, config_path: Path, ports: Ports, max_size: int, log_path: Path) -> None:
+    def __init__(
+        self, config_path: Path, ports: Ports, max_size: int, log_path: Path, rows_per_run: int
+    ) -> None:
         self.max_size = max_size
+        self.rows_per_run = rows_per_run
         self._ports = ports
         self._runs = 0
         command = python_module("streamer", "run", "--config", str(config_path))
@@ -224,6 +229,7 @@ class DaemonUnderTest:
             components,
             parsed.frames + parsed.failed,
             parsed.seconds,
+            self.rows_per_run,
         )
         run = RunResult.of(
             load.mode, parsed.frames, parsed.seconds, parsed.latencies_ms, parsed.failed

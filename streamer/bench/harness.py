@@ -53,13 +53,15 @@ class Measured:
 
 @dataclass(frozen=True)
 class DaemonPlan:
-    """A daemon to start: its config file, ports, batch ``max_size``, and the mode its
-    full-load runs are reported as (:mod:`.modes`)."""
+    """A daemon to start: its config file, ports, batch ``max_size``, the mode its
+    full-load runs are reported as (:mod:`.modes`), and the rows per model run its backend
+    cuts batches into (:func:`~streamer.bench.components.rows_per_run`)."""
 
     path: Path
     ports: Ports
     max_size: int
     mode: str
+    rows_per_run: int = 0
 
 
 class Harness:
@@ -108,7 +110,9 @@ class Harness:
         for plan in daemons:
             self._progress(f"starting the daemon, {plan.mode}", 0)
             log = out_dir / f"{plan.mode}.log"
-            self.daemons.append(DaemonUnderTest(plan.path, plan.ports, plan.max_size, log))
+            self.daemons.append(
+                DaemonUnderTest(plan.path, plan.ports, plan.max_size, log, plan.rows_per_run)
+            )
         for daemon in self.daemons:
             for frames, _ in self.frames.values():
                 daemon.warm_up(frames)

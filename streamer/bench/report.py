@@ -170,9 +170,15 @@ def _totals(report: StageReport) -> Iterator[str]:
         f"  daemon CPU {_cell(report.daemon_cpu_ms, 0, 3)} ms/frame on "
         f"{_cell(report.cores_used, 0, 2)} cores; the same work alone "
         f"{_cell(report.work_cpu_ms, 0, 3)} ms/frame at the mean batch "
-        f"{_cell(report.mean_batch_size, 0, 2)}; daemon overhead "
+        f"{_cell(report.mean_batch_size, 0, 2)}{_runs(report)}; daemon overhead "
         f"{_cell(report.overhead_cpu_ms, 0, 3)} ms/frame"
     )
+
+
+def _runs(report: StageReport) -> str:
+    if report.run_rows is None or report.run_rows == report.mean_batch_size:
+        return ""
+    return f" in runs of {_cell(report.run_rows, 0, 2)} rows"
 
 
 def _host_cpu(daemon: StageReport, device_side: StageReport) -> str:

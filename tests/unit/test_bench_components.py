@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from streamer.bench.clock import Cost
-from streamer.bench.components import Components, find_limit
+from streamer.bench.components import Components, find_limit, run_rows
 from streamer.bench.stages import Stage, StageReport
+from streamer.bench.targets import rows_per_run_target
 
 
 def components(decode: float, preprocess: float, batch_1: float, batch_8: float) -> Components:
@@ -36,9 +39,29 @@ def test_the_stage_table_takes_its_steps_alone_from_the_components_given() -> No
         Stage("egress", 1, 0.05, 2.0, None, "none", None),
     )
     # As one round measured them, its own components giving 1.92 ms of work alone:
-    report = StageReport(stages, "inference", "cpu", 8.0, 2.2, 1.92, 0.28, 1.8)
+    report = StageReport(stages, "inference", "cpu", 8.0, 8.0, 2.2, 1.92, 0.28, 1.8)
     rebased = report.against(cheapest)
     assert [s.alone_cpu_ms for s in rebased.stages] == [0.14, 1.6, None]
     assert rebased.work_cpu_ms == 0.02 + 0.12 + 1.6 + 0.05
     assert rebased.overhead_cpu_ms == round(2.2 - rebased.work_cpu_ms, 4)
     assert (rebased.daemon_cpu_ms, rebased.stages[0].cpu_ms) == (2.2, 0.2)  # measured: kept
+
+
+def test_inference_alone_is_priced_at_the_rows_of_each_run() -> None:
+    """With onnxruntime's rows_per_run the daemon's batches of 8 run as runs of fewer rows:
+    the work alone and the rows_per_run target price those runs, not whole batches."""
+    cheapest = components(decode=0.02, preprocess=0.12, batch_1=1.5, batch_8=1.6)
+    assert cheapest.inference_at(1).cpu_ms == 1.5
+    assert cheapest.inference_at(4.5).cpu_ms == pytest.approx(1.55)
+    assert (run_rows(8.0, 1), run_rows(0.5, 1), run_rows(7.5, 0)) == (1, 0.5, 7.5)
+    stages = (Stage("inference", 2, 1.8, 80.0, 14.0, "span", 1.6),)
+    report = StageReport(stages, "inference", "cpu", 8.0, run_rows(8.0, 1), 2.0, 1.8, 0.2, 1.8)
+    assert report.against(cheapest).stages[0].alone_cpu_ms == 1.5
+    best = rows_per_run_target(1, [cheapest, cheapest])
+    assert (best.name, best.value, best.met) == (
+        "config rows_per_run 1: speed / fastest (1)",
+        1.0,
+        True,
+    )
+    whole = rows_per_run_target(8, [cheapest])
+    assert (whole.value, whole.met) == (round(1.5 / 1.6, 3), False)
