@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -274,6 +275,14 @@ def shipped_text(
     if "[daemon]" in text:
         return text.replace("127.0.0.1:9555", f"127.0.0.1:{ports[2]}")
     return f'[daemon]\nlog_format = "json"\nhttp_address = "127.0.0.1:{ports[2]}"\n' + text
+
+
+def to_acl_sim(text: str, options: str = "") -> str:
+    """A config's text on ``backend = "acl-sim"``: its onnxruntime options (which the ACL
+    backends refuse) replaced by ``options``, TOML lines under ``[runtime.options]``."""
+    text = text.replace('backend = "onnxruntime"', 'backend = "acl-sim"')
+    text = re.sub(r"^rows_per_run = .*$", "", text, flags=re.MULTILINE)
+    return re.sub(r"^intra_op_threads = .*$", options, text, flags=re.MULTILINE)
 
 
 class Client:

@@ -21,6 +21,7 @@ from .conftest import (
     backend_settings,
     shipped_config,
     streamer_check,
+    to_acl_sim,
 )
 
 
@@ -63,11 +64,10 @@ def test_two_dynamic_kinds_fail_at_start(tmp_path: Path, assets: dict[str, Path]
     )
     root = Path(__file__).resolve().parents[2]
     text = (root / "configs" / "default.toml").read_text()
-    text = text.replace('backend = "onnxruntime"', 'backend = "acl-sim"')
-    text = text.replace('normalize = "model"', 'normalize = "host"')  # ACL: host or AIPP
+    text = to_acl_sim(text).replace('normalize = "model"', 'normalize = "host"')  # or AIPP
     text = text.replace('asset = "blazeface_short_range"', f'path = "{model}"')
     config = tmp_path / "both.toml"
-    config.write_text(text.replace("intra_op_threads = 1", ""))
+    config.write_text(text)
     result = streamer_check(config)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "model 'face'" in result.stderr

@@ -24,6 +24,7 @@ from .conftest import (
     shipped_config,
     sim_settings,
     streamer_check,
+    to_acl_sim,
 )
 from .test_operations import reload_onto_a_fifo
 
@@ -219,9 +220,7 @@ def test_a_lost_device_fails_no_frame_while_the_other_serves(connect: Any, tmp_p
 
     def lost_device(text: str) -> str:
         sim = '[runtime.options.sim]\ndevice_lost_after_n_executes = { "1" = 15 }'
-        text = text.replace('backend = "onnxruntime"', 'backend = "acl-sim"')
-        text = text.replace("devices = [0]", "devices = [0, 1]")
-        text = text.replace("intra_op_threads = 1", sim)
+        text = to_acl_sim(text, sim).replace("devices = [0]", "devices = [0, 1]")
         return text.replace("max_consecutive_failures = 10", "max_consecutive_failures = 1")
 
     daemon = shipped("default.toml", tmp_path, lost_device, sim_settings("async"))
@@ -303,10 +302,8 @@ def test_check_reports_a_failed_release_in_one_line(
     settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
 
     def on_sim(text: str) -> str:
-        text = text.replace('backend = "onnxruntime"', 'backend = "acl-sim"')
-        text = text.replace('normalize = "model"', 'normalize = "host"')  # ACL: host or AIPP
+        text = to_acl_sim(text).replace('normalize = "model"', 'normalize = "host"')  # or AIPP
         text = text.replace('asset = "blazeface_short_range"', f'path = "{settings["model_path"]}"')
-        text = text.replace("intra_op_threads = 1", "")
         return text + '\n[runtime.options.sim]\nfail_calls = {"acl.mdl.unload" = 107000}\n'
 
     config = shipped_config("default.toml", tmp_path / "check", on_sim)[0]
