@@ -10,16 +10,8 @@ Backend options (``[runtime.options]``, validated by
 providers, default ``["CPUExecutionProvider"]``), ``rows_per_run`` (int, 0 = a batch in one
 run).
 
-``rows_per_run``: a batch of more rows runs as consecutive ``session.run`` calls over row
-slices, their outputs joined along the batch axis. On a CPU a small run keeps a model's
-activations in the core's cache: ``streamer bench`` measured BlazeFace at 1.18 ms a frame in
-runs of 2 rows against 1.36 in runs of 8, while the pipeline's own cost per batch (hand-offs
-between threads, postprocessing, metrics) favours batches of 8. It applies to models whose
-inputs and outputs all have the same named dynamic first dimension (``batch``, ``N``: the
-batch axis); if a run's output turns out not to be batch-first after all, the model goes
-back to whole batches with a warning.
-With the CUDA execution provider, ``runtime.devices`` are CUDA device ids; on the CPU each
-device entry is one more CPU replica.
+``rows_per_run``: a batch of more rows runs as consecutive ``session.run`` calls of at most
+that many rows (:mod:`~streamer.runtime.onnx_rows`).
 
 In-graph preprocessing (issue 9, item 4): when the model's ``[models.preprocess]`` is a
 ``letterbox`` with ``normalize = "model"``, the model is rewritten at load time by
@@ -67,6 +59,7 @@ from streamer.runtime.graph_preprocess import InputNormalization, prepend_normal
 from streamer.runtime.letterbox_keys import letterbox_keys
 from streamer.runtime.mtcnn_keys import mtcnn_keys
 from streamer.runtime.onnx_options import parse_onnx_options
+from streamer.runtime.onnx_rows import RowRuns
 from streamer.runtime.ops.onnx_ops import OnnxOperators
 
 __all__ = [
@@ -217,7 +210,7 @@ class OnnxBackend(Backend):
         if requested == applied or name in self._rows_ignored_said:
             return
         self._rows_ignored_said.add(name)
-        _log.info(
+        _log.warning(
             "rows_per_run_ignored",
             model=name,
             rows_per_run=requested,
@@ -260,14 +253,6 @@ def in_graph_normalization(table: PluginConfig | None) -> InputNormalization | N
     return keys.normalization()
 
 
-def _batch_first(session: ort.InferenceSession) -> bool:
-    """Every input and output of ``session`` has the same named dynamic first dimension
-    (``"batch"``, ``"N"``): the batch axis, along which runs can be cut and joined."""
-    tensors = (*session.get_inputs(), *session.get_outputs())
-    firsts = {tuple(t.shape[:1]) for t in tensors}
-    return len(firsts) == 1 and all(isinstance(d, str) for d in firsts.pop())
-
-
 def _model_source(spec: ModelSpec) -> str | bytes:
     """The path to load, or the serialised rewritten model (in-graph preprocessing).
 
@@ -307,18 +292,13 @@ class OnnxModel(QueueModel):
         rows_per_run: batch rows per ``session.run`` at most (module docstring); 0 = a batch
             in one run.
 
-    Attributes:
-        rows_per_run: what applies: ``rows_per_run``, or 0 when an input or output has a
-            first dimension other than one shared dynamic one, the batch axis (or a run showed
-            an output that is not batch-first).
     """
 
     def __init__(
         self, spec: ModelSpec, session: ort.InferenceSession, rows_per_run: int = 0
     ) -> None:
         self.info = session_model_info(spec.name, session, spec.batch_gears)
-        self.rows_per_run = rows_per_run if _batch_first(session) else 0
-        self._input_names = [t.name for t in self.info.inputs]
+        self._rows = RowRuns(spec.name, session, rows_per_run)
         self._slots = threading.BoundedSemaphore(spec.max_in_flight)
         self._pending: queue.SimpleQueue[Sequence[Tensor] | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[InferenceOutputs] = queue.SimpleQueue()
@@ -330,6 +310,11 @@ class OnnxModel(QueueModel):
             target=self._run, args=(session,), name=f"onnx-{spec.name}", daemon=True
         )
         self._worker.start()
+
+    @property
+    def rows_per_run(self) -> int:
+        """Rows per ``session.run`` at most that apply now; 0 = whole batches."""
+        return self._rows.rows_per_run
 
     def enqueue(self, inputs: Sequence[Tensor]) -> None:
         self._raise_if_stopped()
@@ -372,46 +357,8 @@ class OnnxModel(QueueModel):
     def _execute(self, session: ort.InferenceSession, inputs: Sequence[Tensor]) -> InferenceOutputs:
         start = time.monotonic_ns()
         try:
-            outputs = self._run_rows(session, inputs)
+            outputs = self._rows.run(session, inputs)
         except Exception as exc:  # any onnxruntime failure fails this batch only
             error = FrameError(Reason.INFERENCE_FAILED, f"onnxruntime: {exc}")
             return InferenceOutputs(None, error, start, time.monotonic_ns())
         return InferenceOutputs(tuple(outputs), None, start, time.monotonic_ns())
-
-    def _run_rows(self, session: ort.InferenceSession, inputs: Sequence[Tensor]) -> list[Any]:
-        """One batch's outputs: one run, or runs of at most :attr:`rows_per_run` rows joined
-        along the batch axis."""
-        arrays = [x for x in inputs if isinstance(x, np.ndarray)]  # onnxruntime's, all
-        rows, step = len(arrays[0]) if arrays else 0, self.rows_per_run
-        if not step or rows <= step or len(arrays) < len(inputs):
-            return self._run_once(session, inputs)
-        starts = range(0, rows, step)
-        runs = [self._run_once(session, [x[i : i + step] for x in arrays]) for i in starts]
-        for i, outputs in zip(starts, runs, strict=True):
-            expected = min(step, rows - i)
-            if any(np.shape(out)[:1] != (expected,) for out in outputs):
-                return self._run_whole(session, inputs, outputs, expected)
-        return [np.concatenate(parts) for parts in zip(*runs, strict=True)]
-
-    def _run_whole(
-        self,
-        session: ort.InferenceSession,
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Any],
-        rows: int,
-    ) -> list[Any]:
-        """An output of a run of ``rows`` rows has another first dimension: the model's
-        outputs are not all batch-first, so its batches run whole from now on."""
-        self.rows_per_run = 0
-        _log.warning(
-            "rows_per_run_off",
-            model=self.info.name,
-            rows=rows,
-            output_shapes=[list(np.shape(out)) for out in outputs],
-            detail="an output is not batch-first: batches run whole",
-        )
-        return self._run_once(session, inputs)
-
-    def _run_once(self, session: ort.InferenceSession, inputs: Sequence[Tensor]) -> list[Any]:
-        outputs: list[Any] = session.run(None, dict(zip(self._input_names, inputs, strict=True)))
-        return outputs

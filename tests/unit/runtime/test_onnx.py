@@ -1,10 +1,12 @@
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
@@ -16,6 +18,7 @@ from streamer.errors import BackendError, ConfigError, EnqueueInterruptedError, 
 from streamer.runtime import ModelSpec, open_backend
 from streamer.runtime.base import QueueModel
 from streamer.runtime.onnx import _check_providers
+from streamer.runtime.onnx_rows import RowRuns
 
 
 def test_model_info_and_fifo_batches(short_range_model: Path) -> None:
@@ -191,24 +194,91 @@ def test_a_session_none_of_whose_providers_started_is_a_backend_error(
     assert [(e["event"], e["active"]) for e in logs] == [("provider_fallback", cpu)]
 
 
-def _centering_model(path: Path, output_rows: str | int = "batch") -> Path:
-    """y = x - mean(x over the batch axis): a run's outputs depend on the rows it ran with,
-    so they show how a batch was cut. ``output_rows`` names y's first dimension; y has
-    ``mean``'s single row instead when it is 1."""
-    mean = helper.make_node("ReduceMean", ["x"], ["mean"], axes=[0], keepdims=1)
-    last = helper.make_node("Sub", ["x", "mean"], ["y"])
-    if output_rows == 1:
-        last = helper.make_node("Identity", ["mean"], ["y"])
+def _model(
+    path: Path, nodes: list[Any], y_shape: list[Any], constants: tuple[Any, ...] = ()
+) -> Path:
+    """A one-input graph, x float ``["batch", 3]`` → y float ``y_shape``, saved at ``path``."""
     graph = helper.make_graph(
-        [mean, last],
-        "centering",
+        nodes,
+        path.stem,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [output_rows, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        list(constants),
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, path)
     return path
+
+
+def _int64(name: str, *values: int) -> Any:
+    return helper.make_tensor(name, TensorProto.INT64, [len(values)], list(values))
+
+
+def _doubling(path: Path) -> Path:
+    """y = x + x: rows independent, the model rows_per_run is for."""
+    return _model(path, [helper.make_node("Add", ["x", "x"], ["y"])], ["batch", 3])
+
+
+def _centering(path: Path) -> Path:
+    """y = x - mean(x over the batch axis): its rows mix."""
+    mean = helper.make_node("ReduceMean", ["x"], ["mean"], axes=[0], keepdims=1)
+    return _model(path, [mean, helper.make_node("Sub", ["x", "mean"], ["y"])], ["batch", 3])
+
+
+def _filtering(path: Path) -> Path:
+    """y = the rows of x whose first value is above 5, declared ``["batch", 3]``."""
+    nodes = [
+        helper.make_node("Gather", ["x", "zero"], ["first"], axis=1),
+        helper.make_node("Greater", ["first", "five"], ["keep"]),
+        helper.make_node("Compress", ["x", "keep"], ["y"], axis=0),
+    ]
+    constants = (
+        helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+        helper.make_tensor("five", TensorProto.FLOAT, [], [5.0]),
+    )
+    return _model(path, nodes, ["batch", 3], constants)
+
+
+def _narrowing(path: Path) -> Path:
+    """y = the first k columns of x, k = the batch's largest first value: a padded output
+    whose width depends on the batch's data."""
+    nodes = [
+        helper.make_node("Gather", ["x", "zero"], ["first"], axis=1),
+        helper.make_node("ReduceMax", ["first"], ["most"], keepdims=1),
+        helper.make_node("Cast", ["most"], ["k"], to=TensorProto.INT64),
+        helper.make_node("Slice", ["x", "start", "k", "axis"], ["y"]),
+    ]
+    constants = (
+        helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+        _int64("start", 0),
+        _int64("axis", 1),
+    )
+    return _model(path, nodes, ["batch", "k"], constants)
+
+
+def _swapping(path: Path) -> Path:
+    """y = x reshaped to (3, batch) through a computed shape, declared ``["batch", 3]``."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "order"], ["swapped"], axis=0),
+        helper.make_node("Reshape", ["x", "swapped"], ["y"]),
+    ]
+    return _model(path, nodes, ["batch", 3], (_int64("order", 1, 0),))
+
+
+class _Recording:
+    """A session that records the rows of each run."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self.session, self.rows = session, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+    def run(self, names: Any, feed: dict[str, np.ndarray]) -> Any:
+        self.rows.append(len(feed["x"]))
+        return self.session.run(names, feed)
 
 
 def _run(model: QueueModel, batch: np.ndarray) -> np.ndarray:
@@ -218,21 +288,15 @@ def _run(model: QueueModel, batch: np.ndarray) -> np.ndarray:
     return np.asarray(done.outputs[0])
 
 
-def _centred_in_runs(batch: np.ndarray, rows: int) -> np.ndarray:
-    runs = [batch[i : i + rows] for i in range(0, len(batch), rows)]
-    return np.concatenate([run - run.mean(axis=0, keepdims=True) for run in runs])
-
-
 def test_rows_per_run_cuts_a_batch_into_runs_and_joins_their_outputs(tmp_path: Path) -> None:
-    path = _centering_model(tmp_path / "centering.onnx")
-    batch = np.arange(15, dtype=np.float32).reshape(5, 3) ** 2
-    with open_backend(RuntimeConfig(options={"rows_per_run": 2})) as backend:
-        with backend.load(ModelSpec("c", path)) as model:
-            assert model.rows_per_run == 2
-            np.testing.assert_allclose(_run(model, batch), _centred_in_runs(batch, 2))
-            np.testing.assert_allclose(_run(model, batch[:2]), _centred_in_runs(batch[:2], 2))
-        with backend.load(ModelSpec("c", path, options={"rows_per_run": 0})) as whole:
-            np.testing.assert_allclose(_run(whole, batch), _centred_in_runs(batch, 5))
+    """The first batch cut also runs whole, to compare; the next ones only cut."""
+    session = _Recording(ort.InferenceSession(str(_doubling(tmp_path / "doubling.onnx"))))
+    runs = RowRuns("d", session, rows_per_run=2)
+    batch = np.arange(15, dtype=np.float32).reshape(5, 3)
+    for _ in range(2):
+        np.testing.assert_array_equal(runs.run(session, [batch])[0], batch * 2)
+    np.testing.assert_array_equal(runs.run(session, [batch[:2]])[0], batch[:2] * 2)
+    assert session.rows == [2, 2, 1, 5, 2, 2, 1, 2] and runs.rows_per_run == 2
 
 
 def test_rows_per_run_gives_blazeface_the_same_outputs(short_range_model: Path) -> None:
@@ -242,10 +306,13 @@ def test_rows_per_run_gives_blazeface_the_same_outputs(short_range_model: Path) 
         options = {"intra_op_threads": 1, "rows_per_run": rows}
         with open_backend(RuntimeConfig(options=options)) as backend:
             with backend.load(ModelSpec("face", short_range_model)) as model:
-                model.enqueue([batch])
-                done = model.dequeue(5000)
-                assert done is not None and done.outputs is not None
-                outputs[rows] = done.outputs
+                assert model.rows_per_run == rows
+                for _ in range(2):  # the second batch is cut without a whole run beside it
+                    model.enqueue([batch])
+                    done = model.dequeue(5000)
+                    assert done is not None and done.outputs is not None
+                    outputs[rows] = done.outputs
+                assert model.rows_per_run == rows
     for rows in (2, 3):
         for cut, whole in zip(outputs[rows], outputs[0], strict=True):
             assert cut.shape == whole.shape
@@ -254,8 +321,10 @@ def test_rows_per_run_gives_blazeface_the_same_outputs(short_range_model: Path) 
 
 def test_rows_per_run_is_ignored_without_a_named_batch_axis(tmp_path: Path) -> None:
     """An output whose first dimension is not the inputs' named one cannot be joined: the
-    model runs whole batches, said once per model (not per replica or reload)."""
-    path = _centering_model(tmp_path / "fixed.onnx", output_rows=1)
+    model runs whole batches, with a warning once per model (not per replica or reload)."""
+    path = _model(
+        tmp_path / "one.onnx", [helper.make_node("ReduceMean", ["x"], ["y"], axes=[0])], [1, 3]
+    )
     batch = np.ones((4, 3), np.float32)
     with (
         capture_logs() as logs,
@@ -266,48 +335,38 @@ def test_rows_per_run_is_ignored_without_a_named_batch_axis(tmp_path: Path) -> N
                 assert model.rows_per_run == 0
                 assert _run(model, batch).shape == (1, 3)
     said = [e for e in logs if e["event"] == "rows_per_run_ignored"]
-    assert [(e["model"], e["rows_per_run"]) for e in said] == [("c", 2)]
+    assert [(e["model"], e["rows_per_run"], e["log_level"]) for e in said] == [("c", 2, "warning")]
 
 
-def _filtering_model(path: Path) -> Path:
-    """y = the rows of x whose first value is above 5, declared ``["batch", 3]`` as x is."""
-    nodes = [
-        helper.make_node("Gather", ["x", "zero"], ["first"], axis=1),
-        helper.make_node("Greater", ["first", "five"], ["keep"]),
-        helper.make_node("Compress", ["x", "keep"], ["y"], axis=0),
-    ]
-    constants = [
-        helper.make_tensor("zero", TensorProto.INT64, [], [0]),
-        helper.make_tensor("five", TensorProto.FLOAT, [], [5.0]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "filtering",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
-        constants,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
-
-
-def test_an_output_that_is_not_batch_first_after_all_turns_rows_per_run_off(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("build", "rows", "says"),
+    [
+        (_centering, 2, "output 0 differs between whole and cut batches (rows not independent)"),
+        (_swapping, 3, "output 0 is [3, 6] whole, [6, 3] cut"),
+        (_filtering, 2, "an output is not batch-first or changes shape"),
+        (_narrowing, 2, "an output is not batch-first or changes shape"),
+    ],
+)
+def test_a_model_that_cannot_be_cut_runs_whole_batches_after_one_warning(
+    tmp_path: Path, build: Callable[[Path], Path], rows: int, says: str
 ) -> None:
-    """The output says ``batch`` but has other rows: the first cut batch runs again whole,
-    with a warning, and the model's later batches run whole."""
-    path = _filtering_model(tmp_path / "filtering.onnx")
-    batch = np.arange(12, dtype=np.float32).reshape(4, 3)
+    """Rows that mix, an output that is not batch-first after all or whose width depends on
+    the batch: the batch runs whole (its result is the whole run's), then every later one,
+    with one warning for the model however many replicas see it."""
+    path = build(tmp_path / "model.onnx")
+    batch = np.array([[1, 1, 1], [2, 2, 2], [6, 1, 2], [3, 3, 3], [1, 2, 3], [7, 0, 0]], np.float32)
+    whole = ort.InferenceSession(str(path)).run(None, {"x": batch})[0]
     with (
         capture_logs() as logs,
-        open_backend(RuntimeConfig(options={"rows_per_run": 2})) as backend,
+        open_backend(RuntimeConfig(options={"rows_per_run": rows})) as backend,
     ):
-        with backend.load(ModelSpec("c", path)) as model:
-            assert model.rows_per_run == 2
-            for _ in range(2):
-                np.testing.assert_allclose(_run(model, batch), batch[2:])
-            assert model.rows_per_run == 0
+        for replica in range(2):
+            with backend.load(ModelSpec(f"{build.__name__}", path)) as model:
+                assert model.rows_per_run == rows
+                for _ in range(2):
+                    np.testing.assert_allclose(_run(model, batch), whole)
+                assert model.rows_per_run == 0, replica
     warned = [e for e in logs if e["event"] == "rows_per_run_off"]
-    assert [(e["model"], e["rows"], e["output_shapes"]) for e in warned] == [("c", 2, [[0, 3]])]
+    assert [(e["rows_per_run"], e["detail"]) for e in warned] == [
+        (rows, f"{says}: batches run whole")
+    ]
