@@ -16,10 +16,10 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
-from streamer.bench.components import Components, find_limit, run_rows
+from streamer.bench.components import Components, find_limit
 from streamer.bench.frameset import FrameSet
 from streamer.bench.harness import Measured
-from streamer.bench.modes import PROFILED, daemon_mode
+from streamer.bench.modes import DAEMON, PROFILED, daemon_mode
 from streamer.bench.report import BenchReport, InputReport
 from streamer.bench.targets import (
     BatchSizeFinding,
@@ -43,8 +43,6 @@ class Measurements:
         profiled: input name → the profiled run (empty without ``--profile``).
         max_sizes: the daemons' ``max_size``, the primary first.
         configured_max_size: the base config's ``max_size``.
-        rows_per_run: the rows per model run the daemons' backend cuts batches into
-            (:func:`~streamer.bench.components.rows_per_run`; 0 = whole batches).
         max_delay_ms: the config's ``max_delay_ms``.
         cores: CPU cores of the machine.
         files: what was written, by kind.
@@ -57,7 +55,6 @@ class Measurements:
     profiled: dict[str, Measured]
     max_sizes: tuple[int, ...]
     configured_max_size: int
-    rows_per_run: int
     max_delay_ms: float
     cores: int
     files: dict[str, str]
@@ -66,12 +63,22 @@ class Measurements:
 def assemble(data: Measurements) -> BenchReport:
     """The report: each mode's best round, the limits, the targets."""
     inputs = [_input_report(data, name, frames) for name, frames in data.frames.items()]
-    finding = _batch_size_finding(data, inputs)
+    rows = _rows_per_run(data)
+    finding = _batch_size_finding(data, inputs, rows or 0)
     targets = [batch_size_target(data.configured_max_size, finding)]
-    if data.rows_per_run:
+    if rows is not None:
         components = [i.components for i in inputs]
-        targets.append(rows_per_run_target(data.rows_per_run, components))
+        targets.append(rows_per_run_target(rows, data.configured_max_size, components))
     return BenchReport(data.settings, inputs, finding, targets, data.files)
+
+
+def _rows_per_run(data: Measurements) -> int | None:
+    """The rows per model run at most that applied in the daemons (as the benchmark's own
+    load of the model found), or None on a backend without ``rows_per_run``."""
+    if data.settings["backend"] != "onnxruntime":
+        return None
+    detail = next(iter(data.rounds[0].values()))[DAEMON].detail
+    return detail.stages.rows_per_run if detail is not None else None
 
 
 def _input_report(data: Measurements, name: str, frames: FrameSet) -> InputReport:
@@ -87,9 +94,8 @@ def _input_report(data: Measurements, name: str, frames: FrameSet) -> InputRepor
     }
     limit = find_limit(components, data.cores)
     primary = data.max_sizes[0]
-    targets = input_targets(
-        name, runs, limit, components, primary, data.max_delay_ms, data.rows_per_run
-    )
+    rows = _rows_per_run(data) or 0
+    targets = input_targets(name, runs, limit, components, primary, data.max_delay_ms, rows)
     return InputReport(
         name, frames.encoding, frames.width, frames.height, round(frames.mean_bytes(), 1),
         components, limit, runs, details, targets,
@@ -115,21 +121,24 @@ def _goodness(measured: Measured) -> float:
     return measured.result.fps
 
 
-def _batch_size_finding(data: Measurements, inputs: list[InputReport]) -> BatchSizeFinding:
+def _batch_size_finding(
+    data: Measurements, inputs: list[InputReport], rows_per_run: int
+) -> BatchSizeFinding:
     """Speed per ``max_size``: the daemon's throughput over both inputs (geometric mean of
     each input's median fps over the rounds), or with only one daemon, 1 ÷ the inference CPU
-    time per frame alone, as the daemon runs it (in runs of at most ``rows_per_run`` rows:
-    the batch sizes above it then tie, and only daemon runs can tell them apart)."""
-    sizes, rows = data.max_sizes, data.rows_per_run
+    time per frame alone, as the daemon runs it; in runs of at most ``rows_per_run`` rows
+    that cannot tell the sizes apart (inconclusive)."""
+    sizes = data.max_sizes
     if len(sizes) == 1:
         batch_sizes = inputs[0].components.inference
         cost = {
-            b: sum(i.components.inference_at(run_rows(b, rows)).cpu_ms for i in inputs)
+            b: sum(i.components.inference_in_runs(b, rows_per_run).cpu_ms for i in inputs)
             for b in batch_sizes
         }
         speeds = {b: 1 / ms for b, ms in cost.items()}
-        runs = f", in runs of at most {rows} rows" if rows else ""
-        return BatchSizeFinding.of(speeds, f"inference alone: 1 / CPU ms per frame{runs}")
+        runs = f", in runs of at most {rows_per_run} rows" if rows_per_run else ""
+        basis = f"inference alone: 1 / CPU ms per frame{runs}"
+        return BatchSizeFinding.of(speeds, basis, conclusive=not rows_per_run)
 
     def fps(item: InputReport, size: int) -> float:
         return statistics.median(item.runs[daemon_mode(size, sizes[0])].rounds_fps)

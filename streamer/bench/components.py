@@ -26,8 +26,6 @@ import numpy as np
 from streamer.bench.clock import Cost, Stopwatch
 from streamer.bench.frameset import FrameSet
 from streamer.bench.work import FrameWork
-from streamer.config import Config
-from streamer.runtime.onnx_options import parse_onnx_options
 
 __all__ = [
     "Components",
@@ -35,8 +33,7 @@ __all__ = [
     "cpu_cores",
     "find_limit",
     "measure_components",
-    "rows_per_run",
-    "run_rows",
+    "mean_run_rows",
 ]
 
 
@@ -83,6 +80,21 @@ class Components:
             sum(c.frames for c in costs),
         )
 
+    def inference_in_runs(self, batch: float, rows_per_run: int) -> Cost:
+        """Inference cost per frame of batches of ``batch`` frames cut into runs of at most
+        ``rows_per_run`` rows (0 = whole batches), as onnxruntime's ``rows_per_run`` cuts
+        them: the full runs, and the rest in one shorter run."""
+        if not rows_per_run or batch <= rows_per_run:
+            return self.inference_at(batch)
+        full = math.floor(batch / rows_per_run) * rows_per_run
+        runs, rest = self.inference_at(rows_per_run), self.inference_at(batch - full)
+        share = full / batch
+        return Cost(
+            share * runs.cpu_ms + (1 - share) * rest.cpu_ms,
+            share * runs.wall_ms + (1 - share) * rest.wall_ms,
+            runs.frames,
+        )
+
     def cpu_ms_per_frame(self, batch_size: int) -> float:
         """CPU ms per frame of all four steps, inference at ``batch_size``."""
         steps = (self.decode, self.preprocess, self.inference[batch_size], self.postprocess)
@@ -106,17 +118,12 @@ class Limit:
     cores: int
 
 
-def rows_per_run(config: Config) -> int:
-    """The rows per model run that ``config``'s backend cuts a batch into (onnxruntime's
-    ``rows_per_run``); 0 = a batch runs whole (the ACL backends run the model's gears)."""
-    if config.runtime.backend != "onnxruntime":
-        return 0
-    return parse_onnx_options(config.runtime.options).rows_per_run
-
-
-def run_rows(batch: float, rows_per_run: int) -> float:
-    """Rows of each model run for batches of ``batch`` frames (:func:`rows_per_run`)."""
-    return min(batch, rows_per_run) if rows_per_run else batch
+def mean_run_rows(batch: float, rows_per_run: int) -> float:
+    """Mean rows of a model run for batches of ``batch`` frames cut into runs of at most
+    ``rows_per_run`` rows (0 = whole batches): 8 in runs of 3 is 3 + 3 + 2, 2.67."""
+    if not rows_per_run or batch <= rows_per_run:
+        return batch
+    return batch / math.ceil(batch / rows_per_run)
 
 
 def cpu_cores() -> int:

@@ -116,8 +116,8 @@ class DaemonUnderTest:
         ports: the ports in that config.
         max_size: its batch ``max_size``.
         log_path: where the daemon's log lines go once it is stopped.
-        rows_per_run: the rows per model run its backend cuts batches into
-            (:func:`~streamer.bench.components.rows_per_run`).
+        rows_per_run: the rows per model run at most that its backend cuts its batches
+            into (:attr:`~streamer.bench.work.FrameWork.rows_per_run`; 0 = whole).
 
     Raises:
         StreamerError: the daemon did not become ready within 120 s.

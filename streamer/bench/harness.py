@@ -53,15 +53,13 @@ class Measured:
 
 @dataclass(frozen=True)
 class DaemonPlan:
-    """A daemon to start: its config file, ports, batch ``max_size``, the mode its
-    full-load runs are reported as (:mod:`.modes`), and the rows per model run its backend
-    cuts batches into (:func:`~streamer.bench.components.rows_per_run`)."""
+    """A daemon to start: its config file, ports, batch ``max_size``, and the mode its
+    full-load runs are reported as (:mod:`.modes`)."""
 
     path: Path
     ports: Ports
     max_size: int
     mode: str
-    rows_per_run: int = 0
 
 
 class Harness:
@@ -110,9 +108,8 @@ class Harness:
         for plan in daemons:
             self._progress(f"starting the daemon, {plan.mode}", 0)
             log = out_dir / f"{plan.mode}.log"
-            self.daemons.append(
-                DaemonUnderTest(plan.path, plan.ports, plan.max_size, log, plan.rows_per_run)
-            )
+            rows = self.work.rows_per_run or 0  # the daemons load the model as work did
+            self.daemons.append(DaemonUnderTest(plan.path, plan.ports, plan.max_size, log, rows))
         for daemon in self.daemons:
             for frames, _ in self.frames.values():
                 daemon.warm_up(frames)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamer.bench.components import Components, Limit
+from streamer.bench.components import Components, Limit, mean_run_rows
 from streamer.bench.daemon_run import DaemonDetail
 from streamer.bench.modes import DAEMON, DEVICE_SIDE, PROFILED
 from streamer.bench.profile import Profile
@@ -176,9 +176,10 @@ def _totals(report: StageReport) -> Iterator[str]:
 
 
 def _runs(report: StageReport) -> str:
-    if report.run_rows is None or report.run_rows == report.mean_batch_size:
+    batch = report.mean_batch_size
+    if batch is None or batch == mean_run_rows(batch, report.rows_per_run):
         return ""
-    return f" in runs of {_cell(report.run_rows, 0, 2)} rows"
+    return f" in runs of {_cell(mean_run_rows(batch, report.rows_per_run), 0, 2)} rows"
 
 
 def _host_cpu(daemon: StageReport, device_side: StageReport) -> str:

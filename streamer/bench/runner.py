@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from streamer.bench.assemble import Measurements, assemble, settings
 from streamer.bench.bench_config import Ports, bench_config
-from streamer.bench.components import Components, cpu_cores, measure_components, rows_per_run
+from streamer.bench.components import Components, cpu_cores, measure_components
 from streamer.bench.frameset import FrameSet
 from streamer.bench.harness import PROFILE_FRAMES_FACTOR, DaemonPlan, Harness, Measured
 from streamer.bench.inputs import INPUTS
@@ -144,8 +144,7 @@ def _daemon_config(
         device_side=mode == DEVICE_SIDE,
     )
     path = options.out_dir / f"config-{mode}.toml"
-    written = write_config(config, path)
-    return DaemonPlan(path, ports, max_size, mode, rows_per_run(written)), written
+    return DaemonPlan(path, ports, max_size, mode), write_config(config, path)
 
 
 def _save_inputs(options: BenchOptions) -> dict[str, tuple[FrameSet, Path]]:
@@ -239,7 +238,6 @@ def _measurements(
         profiled=profiled,
         max_sizes=plan.max_sizes,
         configured_max_size=batch.max_size,
-        rows_per_run=rows_per_run(plan.primary_config),
         max_delay_ms=batch.max_delay_ms,
         cores=cpu_cores(),
         files=_files(options, plan),

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import overload
 
-from streamer.bench.components import Components, run_rows
+from streamer.bench.components import Components
 from streamer.bench.scrape import MetricsDelta
 
 __all__ = ["Stage", "StageReport", "stage_report"]
@@ -81,11 +81,12 @@ class StageReport:
         slowest: the name of the slowest stage.
         slowest_basis: how it was chosen.
         mean_batch_size: frames per executed batch (``streamer_batch_size``).
-        run_rows: rows per model run: ``mean_batch_size``, or less where the backend cuts
-            batches into runs (onnxruntime's ``rows_per_run``).
+        rows_per_run: the rows per model run at most that the daemon's backend cuts its
+            batches into (onnxruntime's ``rows_per_run`` where it applies; 0 = whole).
         daemon_cpu_ms: the daemon process's CPU time per frame, ms.
-        work_cpu_ms: decode + preprocess + inference in runs of ``run_rows`` + postprocess,
-            each alone (``components``), CPU ms per frame.
+        work_cpu_ms: decode + preprocess + inference of ``mean_batch_size`` batches in runs
+            of at most ``rows_per_run`` rows + postprocess, each alone (``components``), CPU
+            ms per frame.
         overhead_cpu_ms: ``daemon_cpu_ms - work_cpu_ms``: what the daemon adds per frame
             (receive, header, queues, batch assembly, result, publish, metrics).
         cores_used: the daemon's CPU time ÷ the run's wall time.
@@ -99,7 +100,7 @@ class StageReport:
     slowest: str
     slowest_basis: str
     mean_batch_size: float | None
-    run_rows: float | None
+    rows_per_run: int
     daemon_cpu_ms: float
     work_cpu_ms: float
     overhead_cpu_ms: float
@@ -111,7 +112,7 @@ class StageReport:
         ``work_cpu_ms``, ``overhead_cpu_ms``) from ``components``: the benchmark's cheapest
         round of each step, which the limit comes from too."""
         stages, work_cpu, overhead = _steps_alone(
-            self.stages, self.daemon_cpu_ms, components, self.run_rows
+            self.stages, self.daemon_cpu_ms, components, self.mean_batch_size, self.rows_per_run
         )
         return replace(self, stages=stages, work_cpu_ms=work_cpu, overhead_cpu_ms=overhead)
 
@@ -134,14 +135,13 @@ def stage_report(
         components: the in-process cost of each step.
         frames: frames that got a result during the run.
         seconds: the run's wall time, s.
-        rows_per_run: the rows per model run the daemon's backend cuts batches into
-            (:func:`~streamer.bench.components.rows_per_run`); 0 = batches run whole.
+        rows_per_run: the rows per model run at most that the daemon's backend cuts its
+            batches into (:attr:`~streamer.bench.work.FrameWork.rows_per_run`); 0 = whole.
     """
     frames = max(frames, 1)
     groups = _group_threads(thread_cpu_ns, thread_names)
     walls = _wall_spans(metrics)
     mean_batch = metrics.mean("streamer_batch_size")
-    rows = None if mean_batch is None else run_rows(mean_batch, rows_per_run)
     measured = tuple(
         _stage(name, groups.get(name, []), walls.get(name), frames, seconds)
         for name in _stage_order(groups)
@@ -149,12 +149,14 @@ def stage_report(
     slowest, basis = _slowest(measured)
     cpu_s = _daemon_cpu_s(thread_cpu_ns, metrics)
     daemon_cpu = cpu_s * 1000 / frames
-    stages, work_cpu, overhead = _steps_alone(measured, daemon_cpu, components, rows)
+    stages, work_cpu, overhead = _steps_alone(
+        measured, daemon_cpu, components, mean_batch, rows_per_run
+    )
     cores = cpu_s / seconds if seconds > 0 else None
     device = [ns for name in _DEVICE_STAGES for ns in groups.get(name, [])]
     host_cpu = daemon_cpu - sum(device) / 1e6 / frames if device else None
     return StageReport(
-        stages, slowest, basis, _round(mean_batch), _round(rows), _round(daemon_cpu),
+        stages, slowest, basis, _round(mean_batch), rows_per_run, _round(daemon_cpu),
         work_cpu, overhead, _round(cores), _round(host_cpu),
     )  # fmt: skip
 
@@ -163,11 +165,12 @@ def _steps_alone(
     stages: tuple[Stage, ...],
     daemon_cpu_ms: float,
     components: Components,
-    rows: float | None,
+    mean_batch: float | None,
+    rows_per_run: int,
 ) -> tuple[tuple[Stage, ...], float, float]:
     """``stages`` with each one's ``alone_cpu_ms`` from ``components``, the work alone
     (CPU ms per frame) and the daemon's overhead over it."""
-    alone = _alone_costs(components, rows)
+    alone = _alone_costs(components, mean_batch, rows_per_run)
     work_cpu = sum(alone.values())
     with_alone = tuple(replace(s, alone_cpu_ms=_round(alone.get(s.name))) for s in stages)
     return with_alone, _round(work_cpu), _round(daemon_cpu_ms - work_cpu)
@@ -221,13 +224,16 @@ def _wall_spans(metrics: MetricsDelta) -> dict[str, tuple[float | None, str]]:
     }
 
 
-def _alone_costs(components: Components, rows: float | None) -> dict[str, float]:
-    """Stage → the CPU ms per frame of the same step alone (``components``), inference in
-    runs of ``rows`` rows (the smallest batch size measured when unknown)."""
-    rows = rows if rows is not None else min(components.inference)
+def _alone_costs(
+    components: Components, mean_batch: float | None, rows_per_run: int
+) -> dict[str, float]:
+    """Stage → the CPU ms per frame of the same step alone (``components``), inference of
+    ``mean_batch`` batches (the smallest batch size measured when unknown) as the daemon
+    runs them."""
+    batch = mean_batch if mean_batch is not None else min(components.inference)
     return {
         "decode+preprocess": components.decode.cpu_ms + components.preprocess.cpu_ms,
-        "inference": components.inference_at(rows).cpu_ms,
+        "inference": components.inference_in_runs(batch, rows_per_run).cpu_ms,
         "postprocess": components.postprocess.cpu_ms,
     }
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from streamer.bench.components import Components, Limit, run_rows
+from streamer.bench.components import Components, Limit
 from streamer.bench.modes import DAEMON, HALF_RATE, MANY_SOURCES, MANY_SOURCES_MODE, NAIVE, SERIAL
 from streamer.bench.stats import RunResult
 
@@ -61,7 +61,7 @@ def input_targets(
     """The per-input targets of ``name``'s runs (by the names of :mod:`.modes`); one
     inference of a ``max_size`` batch runs in runs of ``rows_per_run`` rows (0 = whole)."""
     daemon = runs[DAEMON].fps
-    one_inference_ms = components.inference_at(run_rows(max_size, rows_per_run)).wall_ms * max_size
+    one_inference_ms = components.inference_in_runs(max_size, rows_per_run).wall_ms * max_size
     budget_ms = max_delay_ms + 3 * one_inference_ms
     half = runs[HALF_RATE].latency
     return [
@@ -91,23 +91,32 @@ class BatchSizeFinding:
         fastest: the fastest one.
         relative_speed: each one's speed ÷ the fastest's (1.0 for the fastest).
         basis: how speed was measured (daemon throughput, or inference cost alone).
+        conclusive: False when the basis cannot tell the sizes apart (inference alone in
+            runs of ``rows_per_run`` rows, the same for every ``max_size`` above it).
     """
 
     fastest: int
     relative_speed: dict[int, float]
     basis: str
+    conclusive: bool = True
 
     @classmethod
-    def of(cls, speeds: Mapping[int, float], basis: str) -> BatchSizeFinding:
+    def of(
+        cls, speeds: Mapping[int, float], basis: str, conclusive: bool = True
+    ) -> BatchSizeFinding:
         """From a speed (higher is faster, any unit) per batch size."""
         fastest = max(speeds, key=speeds.__getitem__)
         relative = {size: round(speed / speeds[fastest], 3) for size, speed in speeds.items()}
-        return cls(fastest, relative, basis)
+        return cls(fastest, relative, basis, conclusive)
 
 
 def batch_size_target(configured: int, finding: BatchSizeFinding) -> Target:
-    """The config's ``max_size`` against the fastest found: met within :data:`TIE`."""
+    """The config's ``max_size`` against the fastest found: met within :data:`TIE`; not
+    judged (None) on an inconclusive finding."""
     speed = finding.relative_speed.get(configured)
+    if not finding.conclusive:  # daemon runs tell: --max-size repeated
+        name = f"config max_size {configured}: repeat --max-size"
+        return Target(name, "all", speed, f">= {1 - TIE}", None)
     return Target(
         f"config max_size {configured}: speed / fastest ({finding.fastest})",
         "all",
@@ -117,13 +126,16 @@ def batch_size_target(configured: int, finding: BatchSizeFinding) -> Target:
     )
 
 
-def rows_per_run_target(rows_per_run: int, components: Sequence[Components]) -> Target:
-    """The config's ``rows_per_run`` against the batch size whose inference alone costs the
-    least CPU per frame over the inputs: met within :data:`TIE`."""
-    sizes = sorted(components[0].inference)
+def rows_per_run_target(
+    rows_per_run: int, max_size: int, components: Sequence[Components]
+) -> Target:
+    """The config's ``rows_per_run`` (0 = whole batches) against the batch size up to
+    ``max_size`` whose inference alone costs the least CPU per frame over the inputs, each
+    priced as the daemon runs its ``max_size`` batches: met within :data:`TIE`."""
+    sizes = [size for size in sorted(components[0].inference) if size <= max_size]
     cost = {size: sum(c.inference[size].cpu_ms for c in components) for size in sizes}
     fastest = min(cost, key=cost.__getitem__)
-    configured = sum(c.inference_at(rows_per_run).cpu_ms for c in components)
+    configured = sum(c.inference_in_runs(max_size, rows_per_run).cpu_ms for c in components)
     speed = round(cost[fastest] / configured, 3)
     return Target(
         f"config rows_per_run {rows_per_run}: speed / fastest ({fastest})",

@@ -21,6 +21,8 @@ from streamer.errors import BackendError, ConfigError
 from streamer.lifecycle import Closing
 from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel, open_backend
 from streamer.runtime.onnx import open_session, session_model_info
+from streamer.runtime.onnx_options import parse_onnx_options
+from streamer.runtime.onnx_rows import batch_first
 from streamer.transport.ingress import widest_limits
 from streamer.vision.decode import decode_image
 from streamer.vision.opencv import configure_opencv
@@ -35,6 +37,7 @@ _DEQUEUE_TIMEOUT_MS = 60_000
 
 class _Runner(Protocol):
     info: ModelInfo
+    rows_per_run: int | None
 
     def run(self, batch: np.ndarray) -> Sequence[np.ndarray]: ...
 
@@ -43,11 +46,14 @@ class _Runner(Protocol):
 
 class _SessionRunner:
     """onnxruntime on the calling thread, loaded as ``OnnxBackend.load`` loads it: the same
-    session options, provider and device, and the same in-graph preprocessing."""
+    session options, provider and device, and the same in-graph preprocessing. Each batch
+    runs whole: the components time each batch size as it is."""
 
     def __init__(self, spec: ModelSpec, options: Mapping[str, Any]) -> None:
         self._session = open_session(spec, options)
         self.info = session_model_info(spec.name, self._session, spec.batch_gears)
+        rows = parse_onnx_options(options).rows_per_run
+        self.rows_per_run: int | None = rows if batch_first(self._session) else 0
         self._input = self.info.inputs[0].name
 
     def run(self, batch: np.ndarray) -> Sequence[np.ndarray]:
@@ -61,6 +67,7 @@ class _QueueRunner:
     """Any backend's queue-bound model, used synchronously from one thread."""
 
     def __init__(self, backend: Backend, spec: ModelSpec) -> None:
+        self.rows_per_run: int | None = None  # the model's gears: no rows_per_run
         self._model: QueueModel = backend.load(spec)
         self._model.attach_thread()
         self.info = self._model.info
@@ -133,6 +140,13 @@ class FrameWork(Closing):
         except BaseException:
             self._backend.close()
             raise
+
+    @property
+    def rows_per_run(self) -> int | None:
+        """Rows per model run at most that the daemon's onnxruntime backend cuts its batches
+        into, for this config's model (0 = whole batches: unset, or a model without a named
+        batch axis); None on a backend without ``rows_per_run`` (ACL)."""
+        return self._runner.rows_per_run
 
     def decode(
         self, encoding: str, payload: bytes | memoryview, fields: Mapping[str, Any]

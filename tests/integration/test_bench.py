@@ -47,7 +47,7 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
         assert set(item["components"]["inference"]) == {"1", "2", "4", "8", "16"}
         assert item["limit"]["fps"] > 0 and item["limit"]["cores"] >= 1
         stages = item["daemon"]["daemon"]["stages"]
-        assert stages["run_rows"] == min(stages["mean_batch_size"], 2)  # rows_per_run = 2
+        assert stages["rows_per_run"] == 2  # the default config's, applied
         names = {stage["name"] for stage in stages["stages"]}
         alone = {stage["name"]: stage["alone_cpu_ms"] for stage in stages["stages"]}
         steps = item["components"]  # the stage table's steps alone are the limit's
@@ -62,6 +62,8 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
         assert {t["name"] for t in item["targets"]} >= {"daemon / limit", "daemon / naive"}
     assert report["targets"] and report["max_size"]["fastest"] in (1, 2, 4, 8, 16)
     assert any(t["name"].startswith("config rows_per_run 2: ") for t in report["targets"])
+    batches = [i["daemon"]["daemon"]["stages"]["mean_batch_size"] for i in report["inputs"]]
+    assert ("rows; daemon overhead" in done.stdout) == any(b > 2 for b in batches)
     assert report["settings"]["daemon_cpu_scheduling_policy"] == "batch"
     assert "daemon / limit" in done.stdout and "slowest stage" in done.stdout
     assert "others  idle" in done.stdout  # the table's last two columns

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from streamer.bench.clock import Cost
-from streamer.bench.components import Components, find_limit, run_rows
+from streamer.bench.components import Components, find_limit, mean_run_rows
 from streamer.bench.stages import Stage, StageReport
-from streamer.bench.targets import rows_per_run_target
+from streamer.bench.targets import BatchSizeFinding, batch_size_target, rows_per_run_target
 
 
 def components(decode: float, preprocess: float, batch_1: float, batch_8: float) -> Components:
@@ -39,7 +41,7 @@ def test_the_stage_table_takes_its_steps_alone_from_the_components_given() -> No
         Stage("egress", 1, 0.05, 2.0, None, "none", None),
     )
     # As one round measured them, its own components giving 1.92 ms of work alone:
-    report = StageReport(stages, "inference", "cpu", 8.0, 8.0, 2.2, 1.92, 0.28, 1.8)
+    report = StageReport(stages, "inference", "cpu", 8.0, 0, 2.2, 1.92, 0.28, 1.8)
     rebased = report.against(cheapest)
     assert [s.alone_cpu_ms for s in rebased.stages] == [0.14, 1.6, None]
     assert rebased.work_cpu_ms == 0.02 + 0.12 + 1.6 + 0.05
@@ -49,19 +51,39 @@ def test_the_stage_table_takes_its_steps_alone_from_the_components_given() -> No
 
 def test_inference_alone_is_priced_at_the_rows_of_each_run() -> None:
     """With onnxruntime's rows_per_run the daemon's batches of 8 run as runs of fewer rows:
-    the work alone and the rows_per_run target price those runs, not whole batches."""
-    cheapest = components(decode=0.02, preprocess=0.12, batch_1=1.5, batch_8=1.6)
-    assert cheapest.inference_at(1).cpu_ms == 1.5
-    assert cheapest.inference_at(4.5).cpu_ms == pytest.approx(1.55)
-    assert (run_rows(8.0, 1), run_rows(0.5, 1), run_rows(7.5, 0)) == (1, 0.5, 7.5)
+    the work alone, the latency budget and the rows_per_run target price those runs."""
+    steps = components(decode=0.02, preprocess=0.12, batch_1=1.5, batch_8=1.6)
+    assert steps.inference_at(4.5).cpu_ms == pytest.approx(1.55)
+    assert steps.inference_in_runs(8, 0) == steps.inference_at(8)
+    assert steps.inference_in_runs(8, 1).cpu_ms == 1.5
+    # 8 in runs of 3: two runs of 3 and one of 2, each frame at its run's cost
+    thirds = (6 * steps.inference_at(3).cpu_ms + 2 * steps.inference_at(2).cpu_ms) / 8
+    assert steps.inference_in_runs(8, 3).cpu_ms == pytest.approx(thirds)
+    assert steps.inference_in_runs(2, 3) == steps.inference_at(2)
+    assert (mean_run_rows(8, 3), mean_run_rows(8, 0), mean_run_rows(2, 3)) == (8 / 3, 8, 2)
     stages = (Stage("inference", 2, 1.8, 80.0, 14.0, "span", 1.6),)
-    report = StageReport(stages, "inference", "cpu", 8.0, run_rows(8.0, 1), 2.0, 1.8, 0.2, 1.8)
-    assert report.against(cheapest).stages[0].alone_cpu_ms == 1.5
-    best = rows_per_run_target(1, [cheapest, cheapest])
+    report = StageReport(stages, "inference", "cpu", 8.0, 1, 2.0, 1.8, 0.2, 1.8)
+    assert report.against(steps).stages[0].alone_cpu_ms == 1.5
+
+
+def test_the_rows_per_run_target_prices_what_the_daemon_runs() -> None:
+    steps = components(decode=0.02, preprocess=0.12, batch_1=1.5, batch_8=1.6)
+    best = rows_per_run_target(1, 8, [steps, steps])
     assert (best.name, best.value, best.met) == (
         "config rows_per_run 1: speed / fastest (1)",
         1.0,
         True,
     )
-    whole = rows_per_run_target(8, [cheapest])
-    assert (whole.value, whole.met) == (round(1.5 / 1.6, 3), False)
+    for rows in (0, 8, 16):  # batches of max_size 8 run whole, whichever is set
+        whole = rows_per_run_target(rows, 8, [steps])
+        assert (whole.value, whole.met) == (round(1.5 / 1.6, 3), False)
+    cheap_16 = replace(steps, inference={**steps.inference, 16: Cost(1.0, 1.0, 64)})
+    assert rows_per_run_target(1, 8, [cheap_16]).met  # 16 rows never run with max_size 8
+
+
+def test_inference_alone_cannot_pick_a_max_size_above_rows_per_run() -> None:
+    """Every max_size from rows_per_run up runs the same runs: only daemon runs (repeat
+    --max-size) tell them apart, so the target is not judged."""
+    finding = BatchSizeFinding.of({2: 1.0, 8: 1.0}, "inference alone", conclusive=False)
+    target = batch_size_target(8, finding)
+    assert (target.name, target.met) == ("config max_size 8: repeat --max-size", None)
