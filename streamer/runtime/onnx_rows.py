@@ -10,7 +10,8 @@ Cutting is exact for a model whose rows are independent and whose outputs are ba
 which the daemon's batching assumes anyway (its batches mix sources and pad with zero rows).
 It applies to a model whose inputs and outputs all have the same named dynamic first
 dimension (``batch``, ``N``). The first batch a model cuts also runs whole, and the two
-results are compared; so is the shape of every cut batch's outputs. A model that fails
+results are compared (unless the whole run fails: ``rows_per_run_unchecked``); so is the
+shape of every cut batch's outputs. A model that fails
 either check (its rows mix, an output is not batch-first after all, or its shape varies by
 batch) runs whole batches from then on, with one ``rows_per_run_off`` warning.
 """
@@ -82,11 +83,25 @@ class RowRuns:
         if joined is None:
             return self._off(session, inputs, "an output is not batch-first or changes shape")
         if not self._verified:
-            whole = self._once(session, inputs)
-            if problem := _difference(joined, whole):
-                self._off_with(problem)
-                return whole
             self._verified = True
+            return self._checked(session, inputs, joined)
+        return joined
+
+    def _checked(
+        self, session: ort.InferenceSession, inputs: Sequence[Tensor], joined: list[Any]
+    ) -> list[Any]:
+        """The first cut batch against the same batch run whole: the whole run's outputs
+        if they differ (and whole batches from now on), else the cut ones. A whole run that
+        fails (a batch too large for the device's memory, which rows_per_run may be there
+        to avoid) leaves the cut batches unchecked, with a warning."""
+        try:
+            whole = self._once(session, inputs)
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            _log.warning("rows_per_run_unchecked", model=self._model, detail=str(exc))
+            return joined
+        if problem := _difference(joined, whole):
+            self._off_with(problem)
+            return whole
         return joined
 
     def _once(self, session: ort.InferenceSession, inputs: Sequence[Tensor]) -> list[Any]:

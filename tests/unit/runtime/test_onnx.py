@@ -370,3 +370,27 @@ def test_a_model_that_cannot_be_cut_runs_whole_batches_after_one_warning(
     assert [(e["rows_per_run"], e["detail"]) for e in warned] == [
         (rows, f"{says}: batches run whole")
     ]
+
+
+def test_a_first_cut_batch_that_cannot_run_whole_is_kept_unchecked(tmp_path: Path) -> None:
+    """rows_per_run may be there because a whole batch does not fit (the device's memory):
+    the check's whole run failing costs the batch nothing, and later batches are cut."""
+    nodes = [  # y = x expanded to (min(batch, 2), 3): fails for batches of more than 2
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Slice", ["shape", "zero", "one"], ["rows"]),
+        helper.make_node("Min", ["rows", "two"], ["kept"]),
+        helper.make_node("Concat", ["kept", "three"], ["target"], axis=0),
+        helper.make_node("Expand", ["x", "target"], ["y"]),
+    ]
+    constants = (_int64("zero", 0), _int64("one", 1), _int64("two", 2), _int64("three", 3))
+    path = _model(tmp_path / "small.onnx", nodes, ["batch", 3], constants)
+    batch = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with (
+        capture_logs() as logs,
+        open_backend(RuntimeConfig(options={"rows_per_run": 2})) as backend,
+        backend.load(ModelSpec("small", path)) as model,
+    ):
+        for _ in range(2):
+            np.testing.assert_array_equal(_run(model, batch), batch)
+        assert model.rows_per_run == 2
+    assert [e["model"] for e in logs if e["event"] == "rows_per_run_unchecked"] == ["small"]
