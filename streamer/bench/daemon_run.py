@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from streamer.bench.stats import Latency, RunResult
 from streamer.bench.threads import thread_cpu_ns, thread_names
 from streamer.errors import StreamerError
 
-__all__ = ["DaemonDetail", "DaemonUnderTest", "Load"]
+__all__ = ["DaemonDetail", "DaemonUnderTest", "Load", "applied_rows_per_run"]
 
 _READY_TIMEOUT_S = 120.0
 _PRODUCER_TIMEOUT_S = 3600.0
@@ -106,6 +107,14 @@ class _Probe:
 
     def cpu_since(self, before: _Probe) -> dict[int, int]:
         return {tid: ns - before.cpu_ns.get(tid, 0) for tid, ns in self.cpu_ns.items()}
+
+
+def applied_rows_per_run(log_lines: Iterable[Mapping[str, Any]], rows_per_run: int) -> int:
+    """``rows_per_run``, or 0 once the daemon's log says its model runs whole batches
+    (``rows_per_run_off``: the check of a cut batch, made while it warms up)."""
+    if any(line.get("event") == "rows_per_run_off" for line in log_lines):
+        return 0
+    return rows_per_run
 
 
 class DaemonUnderTest:
@@ -229,7 +238,7 @@ class DaemonUnderTest:
             components,
             parsed.frames + parsed.failed,
             parsed.seconds,
-            self.rows_per_run,
+            applied_rows_per_run(self._child.lines, self.rows_per_run),
         )
         run = RunResult.of(
             load.mode, parsed.frames, parsed.seconds, parsed.latencies_ms, parsed.failed

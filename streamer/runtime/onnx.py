@@ -183,6 +183,7 @@ class OnnxBackend(Backend):
         self._operators = OnnxOperators(list(parsed.providers), parsed.intra_op_threads)
         self._in_graph_said: set[tuple[str, InputNormalization]] = set()
         self._rows_ignored_said: set[str] = set()
+        self._rows_off_said: set[str] = set()  # shared with its models' worker threads
 
     @classmethod
     def check_options(cls, config: RuntimeConfig) -> None:
@@ -191,7 +192,7 @@ class OnnxBackend(Backend):
     def load(self, spec: ModelSpec) -> OnnxModel:
         options = {**self._options, **spec.options}
         rows_per_run = parse_onnx_options(options, f"model {spec.name!r} options").rows_per_run
-        model = OnnxModel(spec, open_session(spec, options), rows_per_run)
+        model = OnnxModel(spec, open_session(spec, options), rows_per_run, self._rows_off_said)
         self._say_in_graph(spec)
         self._say_rows_ignored(spec.name, rows_per_run, model.rows_per_run)
         return model
@@ -291,14 +292,20 @@ class OnnxModel(QueueModel):
         session: its open session, handed to the worker thread.
         rows_per_run: batch rows per ``session.run`` at most (module docstring); 0 = a batch
             in one run.
+        warned: models ``rows_per_run_off`` was logged for (see
+            :class:`~streamer.runtime.onnx_rows.RowRuns`).
 
     """
 
     def __init__(
-        self, spec: ModelSpec, session: ort.InferenceSession, rows_per_run: int = 0
+        self,
+        spec: ModelSpec,
+        session: ort.InferenceSession,
+        rows_per_run: int = 0,
+        warned: set[str] | None = None,
     ) -> None:
         self.info = session_model_info(spec.name, session, spec.batch_gears)
-        self._rows = RowRuns(spec.name, session, rows_per_run)
+        self._rows = RowRuns(spec.name, session, rows_per_run, warned)
         self._slots = threading.BoundedSemaphore(spec.max_in_flight)
         self._pending: queue.SimpleQueue[Sequence[Tensor] | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[InferenceOutputs] = queue.SimpleQueue()

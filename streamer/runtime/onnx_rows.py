@@ -9,9 +9,10 @@ between threads, postprocessing, metrics) favours batches of 8.
 Cutting is exact for a model whose rows are independent and whose outputs are batch-first,
 which the daemon's batching assumes anyway (its batches mix sources and pad with zero rows).
 It applies to a model whose inputs and outputs all have the same named dynamic first
-dimension (``batch``, ``N``). The first batch a model cuts also runs whole, and the two
-results are compared (unless the whole run fails: ``rows_per_run_unchecked``); so is the
-shape of every cut batch's outputs. A model that fails
+dimension (``batch``, ``N``). The first batch a model cuts whose rows differ also runs
+whole, and the two results are compared (again on later batches until the outputs compared
+are finite; unless the whole run fails: ``rows_per_run_unchecked``); the shape of every cut
+batch's outputs is checked too. A model that fails
 either check (its rows mix, an output is not batch-first after all, or its shape varies by
 batch) runs whole batches from then on, with one ``rows_per_run_off`` warning.
 """
@@ -33,7 +34,6 @@ _RTOL = 1e-3
 _ATOL = 1e-3
 """How far a cut batch's outputs may be from the whole batch's: a kernel picked for another
 batch size sums in another order (BlazeFace: under 1e-4)."""
-_said_off: set[str] = set()
 _log = structlog.get_logger(__name__)
 
 
@@ -55,14 +55,23 @@ class RowRuns:
         model: the model's name, for the log.
         session: its session, to see whether its batch axis is named.
         rows_per_run: rows per run at most; 0 = whole batches.
+        warned: names of the models ``rows_per_run_off`` was logged for, shared by the
+            replicas of a backend, so that it is logged once per model.
 
     Attributes:
         rows_per_run: what applies: ``rows_per_run``, or 0 for a model without a named
             batch axis, or since one of its batches failed a check (module docstring).
     """
 
-    def __init__(self, model: str, session: ort.InferenceSession, rows_per_run: int) -> None:
+    def __init__(
+        self,
+        model: str,
+        session: ort.InferenceSession,
+        rows_per_run: int,
+        warned: set[str] | None = None,
+    ) -> None:
         self._model = model
+        self._warned = warned if warned is not None else set()
         self._input_names = [t.name for t in session.get_inputs()]
         self.rows_per_run = rows_per_run if batch_first(session) else 0
         self._verified = False
@@ -82,26 +91,28 @@ class RowRuns:
         joined = _joined(runs, rows, step)
         if joined is None:
             return self._off(session, inputs, "an output is not batch-first or changes shape")
-        if not self._verified:
-            self._verified = True
+        if not self._verified and _rows_differ(arrays):
             return self._checked(session, inputs, joined)
         return joined
 
     def _checked(
         self, session: ort.InferenceSession, inputs: Sequence[Tensor], joined: list[Any]
     ) -> list[Any]:
-        """The first cut batch against the same batch run whole: the whole run's outputs
-        if they differ (and whole batches from now on), else the cut ones. A whole run that
-        fails (a batch too large for the device's memory, which rows_per_run may be there
-        to avoid) leaves the cut batches unchecked, with a warning."""
+        """A cut batch against the same batch run whole: the whole run's outputs if they
+        differ (and whole batches from now on), else the cut ones. The check holds once it
+        compared finite outputs; until then each batch with rows that differ is checked. A
+        whole run that fails (a batch too large for the device's memory, which rows_per_run
+        may be there to avoid) leaves the cut batches unchecked, with a warning."""
         try:
             whole = self._once(session, inputs)
         except Exception as exc:  # onnxruntime raises its own untyped errors
+            self._verified = True
             _log.warning("rows_per_run_unchecked", model=self._model, detail=str(exc))
             return joined
         if problem := _difference(joined, whole):
             self._off_with(problem)
             return whole
+        self._verified = all(np.isfinite(out).all() for out in whole if _numeric(out))
         return joined
 
     def _once(self, session: ort.InferenceSession, inputs: Sequence[Tensor]) -> list[Any]:
@@ -115,11 +126,11 @@ class RowRuns:
         return self._once(session, inputs)
 
     def _off_with(self, problem: str) -> None:
-        """Whole batches from now on, said once per model name in the process."""
+        """Whole batches from now on, said once per model name."""
         rows, self.rows_per_run = self.rows_per_run, 0
-        if self._model in _said_off:
+        if self._model in self._warned:
             return
-        _said_off.add(self._model)
+        self._warned.add(self._model)
         _log.warning(
             "rows_per_run_off", model=self._model, rows_per_run=rows, detail=f"{problem}: "
             "batches run whole",
@@ -135,6 +146,16 @@ def _joined(runs: list[list[Any]], rows: int, step: int) -> list[Any] | None:
             if np.shape(out)[:1] != (expected,) or np.shape(out)[1:] != np.shape(first)[1:]:
                 return None
     return [np.concatenate(parts) for parts in zip(*runs, strict=True)]
+
+
+def _rows_differ(arrays: list[np.ndarray]) -> bool:
+    """Some input has two rows that differ (NaN never equals itself): batches of equal rows,
+    such as black frames, cannot show rows that mix."""
+    return any(not (x == x[:1]).all() for x in arrays)
+
+
+def _numeric(array: Any) -> bool:
+    return np.issubdtype(np.asarray(array).dtype, np.number)
 
 
 def _difference(joined: list[Any], whole: list[Any]) -> str | None:

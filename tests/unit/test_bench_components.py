@@ -8,6 +8,7 @@ import pytest
 
 from streamer.bench.clock import Cost
 from streamer.bench.components import Components, find_limit, mean_run_rows
+from streamer.bench.daemon_run import applied_rows_per_run
 from streamer.bench.stages import Stage, StageReport
 from streamer.bench.targets import BatchSizeFinding, batch_size_target, rows_per_run_target
 
@@ -87,3 +88,9 @@ def test_inference_alone_cannot_pick_a_max_size_above_rows_per_run() -> None:
     finding = BatchSizeFinding.of({2: 1.0, 8: 1.0}, "inference alone", conclusive=False)
     target = batch_size_target(8, finding)
     assert (target.name, target.met) == ("config max_size 8: repeat --max-size", None)
+
+
+def test_a_daemon_that_turned_rows_per_run_off_is_priced_in_whole_batches() -> None:
+    lines = [{"event": "ready"}, {"event": "rows_per_run_off", "model": "face"}]
+    assert applied_rows_per_run(lines, 2) == 0
+    assert applied_rows_per_run(lines[:1], 2) == 2

@@ -394,3 +394,25 @@ def test_a_first_cut_batch_that_cannot_run_whole_is_kept_unchecked(tmp_path: Pat
             np.testing.assert_array_equal(_run(model, batch), batch)
         assert model.rows_per_run == 2
     assert [e["model"] for e in logs if e["event"] == "rows_per_run_unchecked"] == ["small"]
+
+
+@pytest.mark.parametrize(
+    "first",
+    [np.zeros((4, 3), np.float32), np.full((4, 3), np.nan, np.float32)],
+    ids=["equal rows", "NaN rows"],
+)
+def test_rows_that_mix_are_found_after_a_first_batch_that_cannot_show_it(
+    tmp_path: Path, first: np.ndarray
+) -> None:
+    """Black frames (rows all equal: not checked, nothing run twice) or outputs all NaN
+    (checked, but no proof) leave the check for the next batch whose rows differ."""
+    session = _Recording(ort.InferenceSession(str(_centering(tmp_path / "centering.onnx"))))
+    runs = RowRuns("centering", session, rows_per_run=2)
+    batch = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with capture_logs() as logs:
+        assert runs.run(session, [first])[0].shape == (4, 3)
+        np.testing.assert_allclose(runs.run(session, [batch])[0], batch - batch.mean(axis=0))
+        runs.run(session, [batch])
+    checked = [] if first[0, 0] == 0 else [4]
+    assert session.rows == [2, 2, *checked, 2, 2, 4, 4] and runs.rows_per_run == 0
+    assert [e["event"] for e in logs] == ["rows_per_run_off"]
