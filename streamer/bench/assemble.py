@@ -73,8 +73,8 @@ def assemble(data: Measurements) -> BenchReport:
 
 
 def _rows_per_run(data: Measurements) -> int | None:
-    """The rows per model run at most that applied in the daemons (as the benchmark's own
-    load of the model found), or None on a backend without ``rows_per_run``."""
+    """The rows per model run at most that applied in the primary daemon (its stage
+    report's), or None on a backend without ``rows_per_run``."""
     if data.settings["backend"] != "onnxruntime":
         return None
     detail = next(iter(data.rounds[0].values()))[DAEMON].detail
