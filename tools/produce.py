@@ -22,7 +22,7 @@ from streamer.clients import (
     open_input,
     produce,
 )
-from streamer.clients.tool_options import curve_client, curve_options, finite
+from streamer.clients.tool_options import curve_client, curve_options, finite, zmq_endpoint
 from streamer.errors import StreamerError
 from streamer.transport.protocol import ENCODINGS
 
@@ -38,6 +38,7 @@ def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option(
     "--endpoint",
     default=DEFAULT_PRODUCER_ENDPOINT,
+    callback=zmq_endpoint,
     show_default=True,
     help="The daemon's PULL ingress.",
 )

@@ -30,7 +30,7 @@ from streamer.clients import (
     open_input,
     result_line,
 )
-from streamer.clients.tool_options import curve_client, curve_options, finite
+from streamer.clients.tool_options import curve_client, curve_options, finite, zmq_endpoint
 from streamer.errors import ClientError, StreamerError
 from streamer.lifecycle import Closing
 
@@ -77,6 +77,7 @@ def _video(_ctx: click.Context, _param: click.Parameter, spec: str | None) -> Pa
 @click.option(
     "--endpoint",
     default=DEFAULT_SUBSCRIBER_ENDPOINT,
+    callback=zmq_endpoint,
     show_default=True,
     help="The daemon's PUB egress.",
 )

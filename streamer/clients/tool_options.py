@@ -1,9 +1,10 @@
-"""Options the client tools share (``tools/produce.py``, ``tools/subscribe.py``): CURVE keys
-and a finite-number check."""
+"""Options the client tools share (``tools/produce.py``, ``tools/subscribe.py``): CURVE keys,
+and finite-number and endpoint checks."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,11 +14,13 @@ import click
 from streamer.errors import ClientError
 from streamer.transport.security import CurveClient
 
-__all__ = ["curve_client", "curve_options", "finite"]
+__all__ = ["curve_client", "curve_options", "finite", "zmq_endpoint"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _KEY_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+_ENDPOINT = re.compile(r"(tcp|ipc|inproc|ws|wss|pgm|epgm|udp|vmci)://\S+")
+"""ZeroMQ's endpoint form, ``transport://address`` (the ``zmq_connect`` manual's transports)."""
 
 
 def curve_options(command: F) -> F:
@@ -50,6 +53,18 @@ def curve_client(server_key: Path | None, secret_key: Path | None) -> CurveClien
         return CurveClient.from_files(server_key, secret_key)
     except ClientError as exc:
         raise click.UsageError(str(exc)) from exc
+
+
+def zmq_endpoint(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A click callback: ``value``, refused unless it has ZeroMQ's endpoint form (``zmq``
+    would refuse it only once the tool started: exit 1 instead of a usage error).
+
+    Raises:
+        click.BadParameter: ``value`` is not ``transport://address``.
+    """
+    if not _ENDPOINT.fullmatch(value):
+        raise click.BadParameter(f"{value!r} is not a ZeroMQ endpoint such as tcp://127.0.0.1:5555")
+    return value
 
 
 def finite(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:

@@ -158,3 +158,14 @@ def test_keygen_refuses_a_name_that_is_no_plain_file_name(tmp_path: Path, name: 
     assert run.returncode == 2, run.stderr[-2000:]
     assert f"{name!r} is not a plain file name" in run.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("tool", [[*PRODUCE, "astronaut.png"], SUBSCRIBE])
+@pytest.mark.parametrize("endpoint", ["nonsense", "tcp://", "127.0.0.1:5555"])
+def test_the_tools_refuse_a_malformed_endpoint_as_a_usage_error(
+    tool: list[str], endpoint: str
+) -> None:
+    """ZeroMQ refused it once the tool had started: exit 1, as for a daemon that is down."""
+    run = _run([*tool, "--endpoint", endpoint])
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert f"Invalid value for '--endpoint': {endpoint!r} is not a ZeroMQ endpoint" in run.stderr
