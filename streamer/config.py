@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import pydantic_core
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     DirectoryPath,
@@ -255,10 +256,24 @@ def _split_host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+"""What a socket or model (stage) name may be: it names threads, log lines and metric labels,
+and ``input = "<stage>:<adapter>"`` cuts a stage's at the first ``:``."""
+
+
+def _socket_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"{name!r}: a socket name is letters, digits, `_`, `-` and `.`")
+    return name
+
+
+SocketName = Annotated[str, AfterValidator(_socket_name)]
+
+
 class IngressConfig(_Strict):
     """``[[ingress]]``: one socket that receives frames."""
 
-    name: str = "ingress"
+    name: SocketName = "ingress"
     uri: str | tuple[str, ...] = Field(
         description="an endpoint URI, or a list of URIs of one socket type (one socket)"
     )
@@ -314,7 +329,7 @@ class IngressConfig(_Strict):
 class EgressConfig(_Strict):
     """``[[egress]]``: one socket that publishes results."""
 
-    name: str = "egress"
+    name: SocketName = "egress"
     uri: str
     hwm: PositiveCInt = Field(1000, description="ZMQ send high-water mark, messages")
     curve_secret_key_file: FilePath | None = Field(
@@ -389,9 +404,6 @@ class PluginConfig(BaseModel):
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
 
-
-_STAGE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-"""What a model (stage) name may be: ``input = "<stage>:<adapter>"`` cuts at the first ``:``."""
 
 Adapter = Literal["crops", "tensor"]
 """How a stage reads an upstream stage: ``crops`` of its detections, or its outputs as tensors."""
@@ -501,7 +513,7 @@ class ModelConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _name_syntax(cls, name: str) -> str:
-        if not _STAGE_NAME.fullmatch(name):
+        if not _NAME.fullmatch(name):
             raise ValueError(
                 f"{name!r}: a model name is letters, digits, `_`, `-` and `.` (at least one; "
                 'no ":", which ends the stage name in input = "<stage>:<adapter>")'

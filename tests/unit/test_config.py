@@ -211,6 +211,16 @@ def test_ingress_and_egress_names_are_unique(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, MINIMAL + named)).egress[1].name == "out"
 
 
+@pytest.mark.parametrize("table", ["ingress", "egress"])
+@pytest.mark.parametrize("name", ["", "door cam", "cam:1", "\\u00e9t\\u00e9"])
+def test_socket_names_are_plain_words(tmp_path: Path, table: str, name: str) -> None:
+    """``name = ""`` named the thread ``ingress-`` and left empty labels in logs and metrics."""
+    text = MINIMAL.replace(f"[[{table}]]\n", f'[[{table}]]\nname = "{name}"\n')
+    shown = name.encode().decode("unicode_escape")
+    says = f"{table}.0.name: Value error, {shown!r}: a socket name is letters, digits"
+    assert says in error(tmp_path, text)
+
+
 def test_topics_need_a_sub_ingress(tmp_path: Path) -> None:
     pull = MINIMAL.replace('5555"', '5555"\ntopics = ["cam1"]')
     assert "ingress.0.topics: Value error, `topics` applies to a `sub` ingress" in error(
