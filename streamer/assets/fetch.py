@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Literal
 
 from streamer.assets.catalog import ASSETS, SPLITS, Asset, Split
-from streamer.assets.convert import convert_tflite
-from streamer.assets.split import split_model
 from streamer.config import cache_dir
 from streamer.errors import AssetError
 
@@ -161,6 +159,8 @@ def _fetch(root: Path, requested: list[Asset | Split], report: Callable[[str], N
                 _install(asset, dist, root)
                 report(f"ready {asset_path(asset, root)}")
     for split in (r for r in requested if isinstance(r, Split)):
+        from streamer.assets.split import split_model  # onnx: 0.6 s, not for media lookups
+
         target = asset_path(split, root)
         if asset_state(split, root) != "ready":
             source = asset_path(known[split.source], root)
@@ -269,6 +269,8 @@ def _install_original(asset: Asset, data: bytes, root: Path) -> None:
 
 
 def _convert_bytes(tflite: bytes, onnx_file: Path) -> None:
+    from streamer.assets.convert import convert_tflite  # onnx: 0.6 s, not for media lookups
+
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "model.tflite"
         src.write_bytes(tflite)
