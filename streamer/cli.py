@@ -11,7 +11,8 @@ import click
 import structlog
 
 from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state, fetch_assets
-from streamer.config import Config, DaemonConfig, cache_dir, load_config
+from streamer.config import Config, DaemonConfig, cache_dir
+from streamer.config_read import ConfigRead
 from streamer.cpu_scheduling import apply_cpu_scheduling_policy, log_policy_change
 from streamer.daemon import EXIT_FATAL, EXIT_OK, EXIT_USAGE, exit_daemon, run_daemon
 from streamer.errors import AssetError, ConfigError, ModelError, StreamerError
@@ -34,11 +35,19 @@ _config_option = click.option(
 
 
 def _load(config_path: Path) -> Config:
-    try:
-        return load_config(config_path)
-    except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
+    """The config, read on a thread given up after ``run``'s first-read timeout (a FIFO
+    nobody writes, a hung mount: a check in a deploy script waited forever); exits 2 for a
+    config that cannot be used, 1 for a file not read in time."""
+    read = ConfigRead(config_path)
+    if not read.wait(_START_READ_TIMEOUT_S):
+        timeout = f"{_START_READ_TIMEOUT_S:g} s"
+        click.echo(f"error: {config_path}: not read in {timeout} (a hung mount?)", err=True)
+        sys.exit(EXIT_FATAL)
+    result = read.result()
+    if isinstance(result, str):
+        click.echo(f"error: {result}", err=True)
         sys.exit(EXIT_USAGE)
+    return result
 
 
 @click.group()

@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -306,3 +307,18 @@ def test_the_reorder_window_covers_what_the_chain_can_have_in_flight(tmp_path: P
 def test_max_sources_is_a_positive_count(tmp_path: Path, value: str, says: str) -> None:
     assert load_config(write(tmp_path, MINIMAL)).daemon.max_sources == 4096
     assert says in error(tmp_path, MINIMAL + f"[daemon]\nmax_sources = {value}\n")
+
+
+def test_streamer_check_gives_up_on_a_config_nobody_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO nobody writes (or a hung mount): check waited forever in a deploy script."""
+    monkeypatch.setattr("streamer.cli._START_READ_TIMEOUT_S", 0.3)
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    try:
+        result = CliRunner().invoke(main, ["check", "--config", str(fifo)])
+        assert result.exit_code == 1, result.output
+        assert f"error: {fifo}: not read in 0.3 s (a hung mount?)" in result.output
+    finally:
+        os.close(os.open(fifo, os.O_WRONLY))  # an empty write end: the read thread ends
