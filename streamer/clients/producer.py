@@ -61,7 +61,9 @@ __all__ = [
 DEFAULT_PRODUCER_ENDPOINT = "tcp://127.0.0.1:5555"
 DEFAULT_CLOSE_TIMEOUT_S = 10.0
 """Longest wait at close for the queued frames and the end-of-stream to leave (s)."""
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+"""Image files an input folder's frames are read from (with ``cv2.imread``), and a single
+file taken as an image rather than a video."""
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,9 @@ class MediaInput:
     """Where a producer's frames come from.
 
     Attributes:
-        kind: ``video`` (a file cv2.VideoCapture reads), ``folder`` (its .jpg/.jpeg/.png
-            files in name order), ``image`` (one file, a one-frame input) or ``camera``.
+        kind: ``video`` (a file cv2.VideoCapture reads), ``folder`` (its image files,
+            :data:`IMAGE_SUFFIXES`, in name order), ``image`` (one file, a one-frame input)
+            or ``camera``.
         path: the file or folder; None for a camera.
         camera: the camera index for cv2.VideoCapture; None otherwise.
     """
@@ -135,7 +138,7 @@ def open_input(spec: str | int | os.PathLike[str]) -> MediaInput:
     """Resolve a producer's INPUT.
 
     An int, or a string of digits that names no file, is a camera index; an existing folder
-    is an image folder; an existing .jpg/.jpeg/.png file is a single image; any other
+    is an image folder; an existing file of :data:`IMAGE_SUFFIXES` is a single image; any other
     existing file is a video; anything else is looked up as a fetched media name (e.g.
     ``carphone.mp4``) with :func:`streamer.assets.media_path`, imported only then (0.1 s:
     a client's start is what a subscriber started beside it waits out).

@@ -161,21 +161,22 @@ def test_producer_paces_frames_and_repeats_an_image(
 def test_producer_loops_over_a_folder_in_name_order(
     context: Context, sockets: list[Socket], tmp_path: Path, astronaut: np.ndarray
 ) -> None:
-    for name, side in [("b.png", 20), ("a.jpg", 10), ("c.PNG", 30)]:
-        cv2.imwrite(str(tmp_path / name), astronaut[:side, :side])
+    names = ["b.png", "a.jpg", "c.PNG", "d.bmp", "e.tif", "f.TIFF", "g.webp"]
+    for side, name in enumerate(names, start=1):
+        cv2.imwrite(str(tmp_path / name), astronaut[: side * 10, : side * 10])
     (tmp_path / "notes.txt").write_text("not an image")
     pull, endpoint = _bind(context, zmq.PULL, sockets)
     stats = produce(
-        tmp_path, endpoint, loop=2, limit=5, encoding="png", meta={"site": 7}, context=context
+        tmp_path, endpoint, loop=2, limit=9, encoding="png", meta={"site": 7}, context=context
     )
     *frames, (eos, _) = _drain(pull)
 
     sizes = [_decode(header, parts[1]).shape[0] for header, parts in frames]
-    assert sizes == [10, 20, 30, 10, 20]
-    assert [header.meta for header, _ in frames[:3]] == [
-        {"site": 7, "file": name} for name in ("a.jpg", "b.png", "c.PNG")
+    assert sizes == [20, 10, 30, 40, 50, 60, 70, 20, 10]
+    assert [header.meta for header, _ in frames[:7]] == [
+        {"site": 7, "file": name} for name in sorted(names)
     ]
-    assert stats.frames == 5 and eos.seq == 4 and eos.source == tmp_path.name
+    assert stats.frames == 9 and eos.seq == 8 and eos.source == tmp_path.name
 
 
 def test_producer_without_a_daemon_fails_clearly(context: Context) -> None:
