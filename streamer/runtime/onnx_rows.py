@@ -131,10 +131,8 @@ class RowRuns:
         if self._model in self._warned:
             return
         self._warned.add(self._model)
-        _log.warning(
-            "rows_per_run_off", model=self._model, rows_per_run=rows, detail=f"{problem}: "
-            "batches run whole",
-        )  # fmt: skip
+        detail = f"{problem}: batches run whole"
+        _log.warning("rows_per_run_off", model=self._model, rows_per_run=rows, detail=detail)
 
 
 def _joined(runs: list[list[Any]], rows: int, step: int) -> list[Any] | None:
