@@ -10,9 +10,9 @@ Cutting is exact for a model whose rows are independent and whose outputs are ba
 which the daemon's batching assumes anyway (its batches mix sources and pad with zero rows).
 It applies to a model whose inputs and outputs all have the same named dynamic first
 dimension (``batch``, ``N``). The first batch a model cuts whose rows differ also runs
-whole, and the two results are compared (again on later batches until the outputs compared
-are finite; unless the whole run fails: ``rows_per_run_unchecked``); the shape of every cut
-batch's outputs is checked too. A model that fails
+whole, and the two results are compared (again on later batches until outputs with finite
+values were compared; unless the whole run fails: ``rows_per_run_unchecked``); the shape of
+every cut batch's outputs is checked too. A model that fails
 either check (its rows mix, an output is not batch-first after all, or its shape varies by
 batch) runs whole batches from then on, with one ``rows_per_run_off`` warning.
 """
@@ -100,7 +100,9 @@ class RowRuns:
     ) -> list[Any]:
         """A cut batch against the same batch run whole: the whole run's outputs if they
         differ (and whole batches from now on), else the cut ones. The check holds once it
-        compared finite outputs; until then each batch with rows that differ is checked. A
+        compared outputs with finite values (all NaN proves nothing; a column of -inf, as
+        in masked logits, must not keep every batch running twice); until then each batch
+        with rows that differ is checked. A
         whole run that fails (a batch too large for the device's memory, which rows_per_run
         may be there to avoid) leaves the cut batches unchecked, with a warning."""
         try:
@@ -112,7 +114,8 @@ class RowRuns:
         if problem := _difference(joined, whole):
             self._off_with(problem)
             return whole
-        self._verified = all(np.isfinite(out).all() for out in whole if _numeric(out))
+        numeric = [out for out in whole if _numeric(out)]
+        self._verified = not numeric or any(np.isfinite(out).any() for out in numeric)
         return joined
 
     def _once(self, session: ort.InferenceSession, inputs: Sequence[Tensor]) -> list[Any]:

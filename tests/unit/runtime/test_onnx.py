@@ -416,3 +416,22 @@ def test_rows_that_mix_are_found_after_a_first_batch_that_cannot_show_it(
     checked = [] if first[0, 0] == 0 else [4]
     assert session.rows == [2, 2, *checked, 2, 2, 4, 4] and runs.rows_per_run == 0
     assert [e["event"] for e in logs] == ["rows_per_run_off"]
+
+
+def test_outputs_with_a_column_of_minus_infinity_are_checked_once(tmp_path: Path) -> None:
+    """Masked logits hold -inf: a check that wanted every output finite ran every batch
+    twice."""
+    nodes = [
+        helper.make_node("Mul", ["x", "zero"], ["zeros"]),
+        helper.make_node("Log", ["zeros"], ["minus_inf"]),
+        helper.make_node("Concat", ["x", "minus_inf"], ["y"], axis=1),
+    ]
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    path = _model(tmp_path / "masked.onnx", nodes, ["batch", 6], (zero,))
+    session = _Recording(ort.InferenceSession(str(path)))
+    runs = RowRuns("masked", session, rows_per_run=2)
+    batch = np.arange(12, dtype=np.float32).reshape(4, 3)
+    for _ in range(2):
+        out = runs.run(session, [batch])[0]
+        assert out.shape == (4, 6) and np.isneginf(out[:, 3:]).all()
+    assert session.rows == [2, 2, 4, 2, 2] and runs.rows_per_run == 2
