@@ -22,7 +22,7 @@ from streamer.lifecycle import Closing
 from streamer.runtime import Backend, ModelInfo, ModelSpec, QueueModel, open_backend
 from streamer.runtime.onnx import open_session, session_model_info
 from streamer.runtime.onnx_options import parse_onnx_options
-from streamer.runtime.onnx_rows import batch_first
+from streamer.runtime.onnx_rows import applied_rows
 from streamer.transport.ingress import widest_limits
 from streamer.vision.decode import decode_image
 from streamer.vision.opencv import configure_opencv
@@ -53,7 +53,7 @@ class _SessionRunner:
         self._session = open_session(spec, options)
         self.info = session_model_info(spec.name, self._session, spec.batch_gears)
         rows = parse_onnx_options(options).rows_per_run
-        self.rows_per_run: int | None = rows if batch_first(self._session) else 0
+        self.rows_per_run: int | None = applied_rows(self._session, rows)
         self._input = self.info.inputs[0].name
 
     def run(self, batch: np.ndarray) -> Sequence[np.ndarray]:

@@ -294,7 +294,6 @@ class OnnxModel(QueueModel):
             in one run.
         warned: models ``rows_per_run_off`` was logged for (see
             :class:`~streamer.runtime.onnx_rows.RowRuns`).
-
     """
 
     def __init__(

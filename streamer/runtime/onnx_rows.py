@@ -28,7 +28,7 @@ import structlog
 
 from streamer.runtime.base import Tensor
 
-__all__ = ["RowRuns", "batch_first"]
+__all__ = ["RowRuns", "applied_rows"]
 
 _RTOL = 1e-3
 _ATOL = 1e-3
@@ -37,12 +37,14 @@ batch size sums in another order (BlazeFace: under 1e-4)."""
 _log = structlog.get_logger(__name__)
 
 
-def batch_first(session: ort.InferenceSession) -> bool:
-    """Every input and output of ``session`` has the same named dynamic first dimension:
-    the batch axis, along which runs can be cut and joined."""
+def applied_rows(session: ort.InferenceSession, rows_per_run: int) -> int:
+    """``rows_per_run`` where it applies to ``session``'s model, else 0 (whole batches): it
+    applies when every input and output has the same named dynamic first dimension, the
+    batch axis along which runs can be cut and joined."""
     tensors = (*session.get_inputs(), *session.get_outputs())
     firsts = {tuple(t.shape[:1]) for t in tensors}
-    return len(firsts) == 1 and all(isinstance(d, str) for d in firsts.pop())
+    batch_first = len(firsts) == 1 and all(isinstance(d, str) for d in firsts.pop())
+    return rows_per_run if batch_first else 0
 
 
 class RowRuns:
@@ -73,7 +75,7 @@ class RowRuns:
         self._model = model
         self._warned = warned if warned is not None else set()
         self._input_names = [t.name for t in session.get_inputs()]
-        self.rows_per_run = rows_per_run if batch_first(session) else 0
+        self.rows_per_run = applied_rows(session, rows_per_run)
         self._verified = False
 
     def run(self, session: ort.InferenceSession, inputs: Sequence[Tensor]) -> list[Any]:
