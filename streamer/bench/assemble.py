@@ -16,7 +16,9 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 
-from streamer.bench.components import Components, find_limit
+from streamer.bench.ceiling import Ceiling, find_ceiling
+from streamer.bench.components import Components, Limit, find_limit
+from streamer.bench.daemon_run import DaemonDetail
 from streamer.bench.frameset import FrameSet
 from streamer.bench.harness import Measured
 from streamer.bench.modes import DAEMON, PROFILED, daemon_mode
@@ -93,13 +95,21 @@ def _input_report(data: Measurements, name: str, frames: FrameSet) -> InputRepor
         if m.detail is not None
     }
     limit = find_limit(components, data.cores)
+    ceiling = _ceiling(components, limit, details.get(DAEMON))
     primary = data.max_sizes[0]
     rows = _rows_per_run(data) or 0
     targets = input_targets(name, runs, limit, components, primary, data.max_delay_ms, rows)
     return InputReport(
         name, frames.encoding, frames.width, frames.height, round(frames.mean_bytes(), 1),
-        components, limit, runs, details, targets,
+        components, limit, runs, details, targets, ceiling,
     )  # fmt: skip
+
+
+def _ceiling(components: Components, limit: Limit, daemon: DaemonDetail | None) -> Ceiling | None:
+    """The ceiling with the producer and subscriber of the daemon run reported."""
+    if daemon is None:
+        return None
+    return find_ceiling(components, limit, daemon.producer_cpu_ms, daemon.subscriber_cpu_ms)
 
 
 def _pick(rounds: Sequence[Measured]) -> Measured:

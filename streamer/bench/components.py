@@ -11,15 +11,21 @@ spends spinning after a run, while the other steps are timed, is not counted.
 The ``limit`` is what no implementation on this machine can beat without doing less work:
 CPU cores ÷ the CPU time per frame of decode + preprocess + inference at its cheapest batch
 size + postprocess.
+
+Inference at that batch size is also timed with every core running a copy of the model at
+once (``every_core``; onnxruntime only, a session per core as the daemon's replicas): cores
+busy together share the caches and memory bandwidth a step alone has to itself, which is
+part of what :mod:`.ceiling` shows a daemon cannot escape.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,12 +50,16 @@ class Components:
     Attributes:
         decode, preprocess, postprocess: per frame.
         inference: batch size → per-frame cost at that batch size.
+        every_core: inference at the cheapest batch size with every core running a copy
+            of the model at once, process CPU per frame; None where the backend gives no
+            copies (:meth:`~streamer.bench.work.FrameWork.inference_copies`).
     """
 
     decode: Cost
     preprocess: Cost
     inference: dict[int, Cost]
     postprocess: Cost
+    every_core: Cost | None = None
 
     def cheapest(self, other: Components) -> Components:
         """Each step at the lower of its CPU costs in ``self`` and ``other`` (two rounds'
@@ -58,11 +68,13 @@ class Components:
         def lower(mine: Cost, theirs: Cost) -> Cost:
             return theirs if theirs.cpu_ms < mine.cpu_ms else mine
 
+        every_core = [c for c in (self.every_core, other.every_core) if c is not None]
         return Components(
             lower(self.decode, other.decode),
             lower(self.preprocess, other.preprocess),
             {size: lower(cost, other.inference[size]) for size, cost in self.inference.items()},
             lower(self.postprocess, other.postprocess),
+            min(every_core, key=lambda cost: cost.cpu_ms, default=None),
         )
 
     def best_batch_size(self) -> int:
@@ -126,6 +138,10 @@ def mean_run_rows(batch: float, rows_per_run: int) -> float:
     return batch / math.ceil(batch / rows_per_run)
 
 
+_EVERY_CORE_WARMUP = 8
+"""Untimed batches each copy runs before ``every_core`` is timed."""
+
+
 def cpu_cores() -> int:
     """CPU cores this process may run on (its affinity mask)."""
     return len(os.sched_getaffinity(0))
@@ -157,10 +173,16 @@ def measure_components(
     chunk = max(batch_sizes)
     watches = _Watches(batch_sizes)
     _warm_up(work, frames, batch_sizes)
+    tensors = []
     for start in range(0, math.ceil(count / chunk) * chunk, chunk):
-        _time_chunk(work, frames, range(start, start + chunk), watches)
+        tensors.append(_time_chunk(work, frames, range(start, start + chunk), watches))
         on_progress(chunk)
-    return watches.components()
+    alone = watches.components()
+    copies = work.inference_copies(cpu_cores())
+    if not copies:
+        return alone
+    every_core = _time_every_core(copies, np.concatenate(tensors), alone.best_batch_size())
+    return replace(alone, every_core=every_core)
 
 
 class _Watches:
@@ -187,8 +209,9 @@ def _warm_up(work: FrameWork, frames: FrameSet, batch_sizes: Sequence[int]) -> N
     work.postprocess(outputs, [transform])
 
 
-def _time_chunk(work: FrameWork, frames: FrameSet, indices: range, watches: _Watches) -> None:
-    """Time every step over one chunk of ``max(batch_sizes)`` frames."""
+def _time_chunk(work: FrameWork, frames: FrameSet, indices: range, watches: _Watches) -> np.ndarray:
+    """Time every step over one chunk of ``max(batch_sizes)`` frames; returns the chunk's
+    model inputs."""
     n = len(indices)
     with watches.decode.timing(n):
         images = [work.decode(*frames.decode_args(i)) for i in indices]
@@ -202,3 +225,27 @@ def _time_chunk(work: FrameWork, frames: FrameSet, indices: range, watches: _Wat
                 outputs = work.infer(tensors[j : j + size])
     with watches.postprocess.timing(n):
         work.postprocess(outputs, [transform for _, transform in prepared])
+    return tensors
+
+
+def _time_every_core(
+    copies: Sequence[Callable[[np.ndarray], object]], tensors: np.ndarray, batch_size: int
+) -> Cost:
+    """Each copy on its own thread, all at once, inferring every row of ``tensors`` in
+    batches of ``batch_size``: the process's CPU time per frame (each copy first runs
+    :data:`_EVERY_CORE_WARMUP` batches untimed: a new session's first runs allocate)."""
+
+    def infer_all(copy: Callable[[np.ndarray], object], rows: int) -> None:
+        for start in range(0, rows, batch_size):
+            copy(tensors[start : start + batch_size])
+
+    for copy in copies:
+        infer_all(copy, min(len(tensors), _EVERY_CORE_WARMUP * batch_size))
+    threads = [threading.Thread(target=infer_all, args=(c, len(tensors))) for c in copies]
+    watch = Stopwatch(time.process_time_ns)
+    with watch.timing(len(tensors) * len(copies)):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return watch.cost()

@@ -80,6 +80,9 @@ class DaemonDetail:
         lost: frames sent that got no result (a PUB high-water mark dropped them).
         daemon_latency: the results' ``latency_ms.total`` (receive → sent, in the daemon).
         producer_cpu_ms: the producer process's CPU time per frame, ms.
+        subscriber_cpu_ms: the benchmark process's CPU time per frame while the run lasted,
+            ms: its result subscriber's (the thread and ZeroMQ's I/O thread), which shares
+            the cores with the daemon.
         stages: per-stage time inside the daemon.
         profile: where py-spy's samples fell, for a profiled run.
     """
@@ -90,6 +93,7 @@ class DaemonDetail:
     lost: int
     daemon_latency: Latency | None
     producer_cpu_ms: float
+    subscriber_cpu_ms: float
     stages: StageReport
     profile: Profile | None = None
 
@@ -225,8 +229,10 @@ class DaemonUnderTest:
         pid, url = self._child.pid, self._ports.metrics_url
         before = _Probe.take(pid, url)
         profiler = Profiler(pid, profile_path) if profile_path is not None else None
+        own_cpu_s = time.process_time()
         report = _run_producer(self._ports.ingress_endpoint, frames_path, load, sources)
         self._wait_results(sources, load.count + len(sources))
+        subscriber_cpu_s = time.process_time() - own_cpu_s
         idle = None if load.rate_fps else _idle_since_first_send(report)
         profile = _stop_profiler(profiler)
         after = _Probe.take(pid, url)
@@ -243,7 +249,8 @@ class DaemonUnderTest:
         run = RunResult.of(
             load.mode, parsed.frames, parsed.seconds, parsed.latencies_ms, parsed.failed
         )
-        return replace(run, idle_cores=idle), self._detail(load, parsed, report, stages, profile)
+        detail = self._detail(load, parsed, report, stages, profile, subscriber_cpu_s)
+        return replace(run, idle_cores=idle), detail
 
     def _detail(
         self,
@@ -252,6 +259,7 @@ class DaemonUnderTest:
         report: dict[str, Any],
         stages: StageReport,
         profile: Profile | None,
+        subscriber_cpu_s: float,
     ) -> DaemonDetail:
         return DaemonDetail(
             max_size=self.max_size,
@@ -260,6 +268,7 @@ class DaemonUnderTest:
             lost=load.count - parsed.frames - parsed.failed,
             daemon_latency=Latency.of(parsed.daemon_ms),
             producer_cpu_ms=round(report["cpu_s"] * 1000 / max(load.count, 1), 4),
+            subscriber_cpu_ms=round(subscriber_cpu_s * 1000 / max(load.count, 1), 4),
             stages=stages,
             profile=profile,
         )

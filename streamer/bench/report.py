@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamer.bench.ceiling import Ceiling
 from streamer.bench.components import Components, Limit, mean_run_rows
 from streamer.bench.daemon_run import DaemonDetail
 from streamer.bench.modes import DAEMON, DEVICE_SIDE, PROFILED
@@ -32,6 +33,8 @@ class InputReport:
         runs: mode → throughput and latency, by the names of :mod:`.modes`.
         daemon: the daemon runs' details, by the same mode names.
         targets: the per-input targets.
+        ceiling: what a daemon with no overhead could reach beside the daemon run's
+            producer and subscriber (:mod:`.ceiling`); None where not measured.
     """
 
     name: str
@@ -44,6 +47,7 @@ class InputReport:
     runs: dict[str, RunResult]
     daemon: dict[str, DaemonDetail]
     targets: list[Target]
+    ceiling: Ceiling | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ def format_report(report: BenchReport) -> str:
         stages = item.daemon.get(DAEMON)
         if stages is not None:
             lines += ["", *_stages(stages.stages)]
+        if item.ceiling is not None:
+            lines += _ceiling(item.ceiling, item.runs[DAEMON].fps)
         device = item.daemon.get(DEVICE_SIDE)
         if stages is not None and device is not None:
             lines.append(_host_cpu(stages.stages, device.stages))
@@ -180,6 +186,17 @@ def _runs(report: StageReport) -> str:
     if batch is None or batch == mean_run_rows(batch, report.rows_per_run):
         return ""
     return f" in runs of {_cell(mean_run_rows(batch, report.rows_per_run), 0, 2)} rows"
+
+
+def _ceiling(ceiling: Ceiling, daemon_fps: float) -> list[str]:
+    return [
+        f"  ceiling here: {ceiling.fps:.1f} frames/s ({ceiling.limit_ratio:.2f} x limit), the "
+        f"limit's work with inference on every core at once ({ceiling.inference_every_core_ms:.3f}"
+        f" ms/frame, alone {ceiling.inference_alone_ms:.3f})",
+        f"  and the producer ({ceiling.producer_cpu_ms:.3f} ms/frame) and subscriber "
+        f"({ceiling.subscriber_cpu_ms:.3f}) on the same cores; the daemon reached "
+        f"{daemon_fps / ceiling.fps:.2f} of it",
+    ]
 
 
 def _host_cpu(daemon: StageReport, device_side: StageReport) -> str:

@@ -11,7 +11,7 @@ work included).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -88,7 +88,8 @@ class _QueueRunner:
 class FrameWork(Closing):
     """Decode, preprocess, infer and postprocess as the daemon configured by ``config`` does.
 
-    Not thread-safe: one thread calls every method. Close it (or use it as a context
+    Not thread-safe: one thread calls every method (and each copy of
+    :meth:`inference_copies` is called from one thread). Close it (or use it as a context
     manager) to release the model and the backend.
 
     Args:
@@ -118,7 +119,9 @@ class FrameWork(Closing):
         self._limits = widest_limits(config.ingress)
         self._backend: Backend | None = None
         self._closed = False
+        self._spec, self._options = spec, config.runtime.options
         self._runner = self._open_runner(config, spec)
+        self._copies: list[_Runner] = []
         try:
             info = self._runner.info
             self._preprocess: Preprocessor = PREPROCESSORS.create(
@@ -162,6 +165,20 @@ class FrameWork(Closing):
         """One BGR image → (model input without the batch axis, its letterbox transform)."""
         return self._preprocess(image)
 
+    def inference_copies(self, count: int) -> list[Callable[[np.ndarray], Sequence[np.ndarray]]]:
+        """``count`` independent copies of the model's inference, for one thread each (as
+        the daemon's replicas run): on onnxruntime, a session per copy, loaded as
+        :meth:`infer`'s (opened once, kept until :meth:`close`); on any other backend none
+        (an empty list): its model is used from one thread only.
+
+        Each copy takes and returns what :meth:`infer` does.
+        """
+        if not isinstance(self._runner, _SessionRunner):
+            return []
+        while len(self._copies) < count:
+            self._copies.append(_SessionRunner(self._spec, self._options))
+        return [copy.run for copy in self._copies[:count]]
+
     def infer(self, batch: np.ndarray) -> Sequence[np.ndarray]:
         """Run one batch (batch first, e.g. float32 (B, 3, 128, 128)); outputs batch first.
 
@@ -181,6 +198,8 @@ class FrameWork(Closing):
         if self._closed:
             return
         self._closed = True
+        for copy in self._copies:
+            copy.close()
         self._runner.close()
         if self._backend is not None:
             self._backend.close()

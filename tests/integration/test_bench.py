@@ -43,7 +43,12 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
                 assert 0 <= run["idle_cores"] <= report["settings"]["cores"] + 1, (mode, run)
             else:  # not a daemon, or paced: idle by design
                 assert run["idle_cores"] is None, (mode, run)
-        assert set(item["components"]) == STEPS
+        assert set(item["components"]) == STEPS | {"every_core"}
+        cores = report["settings"]["cores"]  # every core ran the 16 frames at once
+        assert item["components"]["every_core"]["frames"] == FRAMES * cores
+        ceiling = item["ceiling"]  # the daemon run's producer and subscriber priced in
+        assert ceiling["producer_cpu_ms"] > 0 and ceiling["subscriber_cpu_ms"] > 0
+        assert ceiling["fps"] == pytest.approx(cores * 1000 / ceiling["cpu_ms_per_frame"], 1e-3)
         assert set(item["components"]["inference"]) == {"1", "2", "4", "8", "16"}
         assert item["limit"]["fps"] > 0 and item["limit"]["cores"] >= 1
         stages = item["daemon"]["daemon"]["stages"]
@@ -68,6 +73,7 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
     assert "daemon / limit" in done.stdout and "slowest stage" in done.stdout
     assert "others  idle" in done.stdout  # the table's last two columns
     assert "host CPU per frame" in done.stdout
+    assert done.stdout.count("ceiling here: ") == 2
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "no plot will be drawn" not in done.stdout
 

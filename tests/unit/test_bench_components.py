@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from streamer.bench.ceiling import find_ceiling
 from streamer.bench.clock import Cost
 from streamer.bench.components import Components, find_limit, mean_run_rows
 from streamer.bench.daemon_run import applied_rows_per_run
@@ -94,3 +95,29 @@ def test_a_daemon_that_turned_rows_per_run_off_is_priced_in_whole_batches() -> N
     lines = [{"event": "ready"}, {"event": "rows_per_run_off", "model": "face"}]
     assert applied_rows_per_run(lines, 2) == 0
     assert applied_rows_per_run(lines[:1], 2) == 2
+
+
+def test_the_ceiling_prices_every_core_busy_and_the_load_beside_the_daemon() -> None:
+    """What a daemon with no overhead could reach here: the limit's work with inference
+    timed on every core at once, plus the producer's and subscriber's CPU per frame."""
+    steps = components(decode=0.02, preprocess=0.12, batch_1=1.5, batch_8=1.6)
+    assert find_ceiling(steps, find_limit(steps, cores=2), 0.05, 0.1) is None  # no copies
+    busy = replace(steps, every_core=Cost(1.65, 0.9, 64))
+    limit = find_limit(busy, cores=2)
+    ceiling = find_ceiling(busy, limit, producer_cpu_ms=0.05, subscriber_cpu_ms=0.1)
+    assert ceiling is not None
+    cpu_ms = 0.02 + 0.12 + 0.05 + 1.65 + 0.05 + 0.1  # decode, pre, post, busy, load
+    assert ceiling.cpu_ms_per_frame == pytest.approx(cpu_ms)
+    assert ceiling.fps == pytest.approx(2000 / cpu_ms, abs=0.05)
+    assert ceiling.limit_ratio == pytest.approx(ceiling.fps / limit.fps, abs=1e-3)
+    assert (ceiling.inference_every_core_ms, ceiling.inference_alone_ms) == (1.65, 1.5)
+
+
+def test_every_core_keeps_its_cheapest_round_and_survives_a_round_without_it() -> None:
+    steps = components(decode=0.02, preprocess=0.12, batch_1=1.5, batch_8=1.6)
+    slow, fast = Cost(1.9, 1.0, 64), Cost(1.7, 0.9, 64)
+    rounds = [replace(steps, every_core=slow), replace(steps, every_core=fast), steps]
+    assert rounds[0].cheapest(rounds[1]).every_core == fast
+    assert rounds[1].cheapest(rounds[0]).every_core == fast
+    assert rounds[2].cheapest(rounds[0]).every_core == slow
+    assert rounds[2].cheapest(rounds[2]).every_core is None
