@@ -140,6 +140,8 @@ def mean_run_rows(batch: float, rows_per_run: int) -> float:
 
 _EVERY_CORE_WARMUP = 8
 """Untimed batches each copy runs before ``every_core`` is timed."""
+_EVERY_CORE_KEPT = 256
+"""Frames whose model inputs ``every_core`` goes round (bounded: ``--frames`` may be large)."""
 
 
 def cpu_cores() -> int:
@@ -173,15 +175,18 @@ def measure_components(
     chunk = max(batch_sizes)
     watches = _Watches(batch_sizes)
     _warm_up(work, frames, batch_sizes)
-    tensors = []
-    for start in range(0, math.ceil(count / chunk) * chunk, chunk):
-        tensors.append(_time_chunk(work, frames, range(start, start + chunk), watches))
+    kept: list[np.ndarray] = []  # model inputs for every_core, at most _EVERY_CORE_KEPT
+    timed = math.ceil(count / chunk) * chunk
+    for start in range(0, timed, chunk):
+        tensors = _time_chunk(work, frames, range(start, start + chunk), watches)
+        if start < _EVERY_CORE_KEPT:
+            kept.append(tensors)
         on_progress(chunk)
     alone = watches.components()
     copies = work.inference_copies(cpu_cores())
     if not copies:
         return alone
-    every_core = _time_every_core(copies, np.concatenate(tensors), alone.best_batch_size())
+    every_core = _time_every_core(copies, np.concatenate(kept), timed, alone.best_batch_size())
     return replace(alone, every_core=every_core)
 
 
@@ -229,21 +234,27 @@ def _time_chunk(work: FrameWork, frames: FrameSet, indices: range, watches: _Wat
 
 
 def _time_every_core(
-    copies: Sequence[Callable[[np.ndarray], object]], tensors: np.ndarray, batch_size: int
+    copies: Sequence[Callable[[np.ndarray], object]],
+    tensors: np.ndarray,
+    frames: int,
+    batch_size: int,
 ) -> Cost:
-    """Each copy on its own thread, all at once, inferring every row of ``tensors`` in
-    batches of ``batch_size``: the process's CPU time per frame (each copy first runs
-    :data:`_EVERY_CORE_WARMUP` batches untimed: a new session's first runs allocate)."""
+    """Each copy on its own thread, all at once, inferring ``frames`` rows in batches of
+    ``batch_size``, going round ``tensors``: the process's CPU time per frame (each copy
+    first runs :data:`_EVERY_CORE_WARMUP` batches untimed: a new session's first runs
+    allocate)."""
+    batches = [tensors[i : i + batch_size] for i in range(0, len(tensors), batch_size)]
 
-    def infer_all(copy: Callable[[np.ndarray], object], rows: int) -> None:
-        for start in range(0, rows, batch_size):
-            copy(tensors[start : start + batch_size])
+    def infer(copy: Callable[[np.ndarray], object], rows: int) -> None:
+        for index in range(math.ceil(rows / batch_size)):
+            copy(batches[index % len(batches)])
 
     for copy in copies:
-        infer_all(copy, min(len(tensors), _EVERY_CORE_WARMUP * batch_size))
-    threads = [threading.Thread(target=infer_all, args=(c, len(tensors))) for c in copies]
+        infer(copy, _EVERY_CORE_WARMUP * batch_size)
+    threads = [threading.Thread(target=infer, args=(copy, frames)) for copy in copies]
+    per_copy = math.ceil(frames / batch_size) * batch_size
     watch = Stopwatch(time.process_time_ns)
-    with watch.timing(len(tensors) * len(copies)):
+    with watch.timing(per_copy * len(copies)):
         for thread in threads:
             thread.start()
         for thread in threads:

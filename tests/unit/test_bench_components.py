@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from streamer.bench.ceiling import find_ceiling
 from streamer.bench.clock import Cost
-from streamer.bench.components import Components, find_limit, mean_run_rows
+from streamer.bench.components import Components, _time_every_core, find_limit, mean_run_rows
 from streamer.bench.daemon_run import applied_rows_per_run
 from streamer.bench.stages import Stage, StageReport
 from streamer.bench.targets import BatchSizeFinding, batch_size_target, rows_per_run_target
@@ -121,3 +124,26 @@ def test_every_core_keeps_its_cheapest_round_and_survives_a_round_without_it() -
     assert rounds[1].cheapest(rounds[0]).every_core == fast
     assert rounds[2].cheapest(rounds[0]).every_core == slow
     assert rounds[2].cheapest(rounds[2]).every_core is None
+
+
+def test_every_core_goes_round_a_bounded_set_of_inputs_on_one_thread_per_copy() -> None:
+    """``--frames`` may be large: every_core keeps a bounded set of model inputs and goes
+    round it, each copy of the model on its own thread."""
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    threads: dict[int, set[str]] = {0: set(), 1: set()}
+
+    def copy(index: int) -> Callable[[np.ndarray], object]:
+        def infer(batch: np.ndarray) -> object:
+            seen[index].append(int(batch[0, 0]))
+            threads[index].add(threading.current_thread().name)
+            return batch
+
+        return infer
+
+    tensors = np.arange(5)[:, None].repeat(3, axis=1)  # 5 rows, row i filled with i
+    cost = _time_every_core([copy(0), copy(1)], tensors, frames=12, batch_size=4)
+    assert cost.frames == 2 * 12
+    for index in (0, 1):
+        warm_up, timed = seen[index][:8], seen[index][8:]
+        assert warm_up == [0, 4] * 4 and timed == [0, 4, 0]
+        assert len(threads[index]) == 2  # warmed up on the caller's, timed on its own
