@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, cast
@@ -238,6 +239,7 @@ def bench(
         profile,
         settle_s if settle_s is not None else (0.0 if quick else runner.DEFAULT_SETTLE_S),
     )
+    _end_on_sigterm()
     try:
         runner.run_bench(options, echo=click.echo)
     except (ConfigError, ModelError, AssetError) as exc:
@@ -246,6 +248,18 @@ def bench(
     except StreamerError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FATAL)
+
+
+def _end_on_sigterm() -> None:
+    """SIGTERM ends ``streamer bench`` as Ctrl-C does, through its cleanup: the daemons and
+    the receiver it started are stopped and its frame files removed (exit 143); a second
+    SIGTERM does not cut that short."""
+
+    def terminated(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
 
 
 @main.group()

@@ -12,25 +12,23 @@ The ``limit`` is what no implementation on this machine can beat without doing l
 CPU cores ÷ the CPU time per frame of decode + preprocess + inference at its cheapest batch
 size + postprocess.
 
-Inference at that batch size is also timed with every core running a copy of the model at
-once (``every_core``; onnxruntime only, a session per core as the daemon's replicas): cores
-busy together share the caches and memory bandwidth a step alone has to itself, which is
-part of what :mod:`.ceiling` shows a daemon cannot escape.
+Inference at the round's cheapest batch size is also timed with every replica of the model
+running at once (``every_replica``, :mod:`.together`; onnxruntime only), for :mod:`.ceiling`.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from streamer.bench.clock import Cost, Stopwatch
 from streamer.bench.frameset import FrameSet
+from streamer.bench.together import KEPT_FRAMES, time_together
 from streamer.bench.work import FrameWork
 
 __all__ = [
@@ -50,16 +48,17 @@ class Components:
     Attributes:
         decode, preprocess, postprocess: per frame.
         inference: batch size → per-frame cost at that batch size.
-        every_core: inference at the cheapest batch size with every core running a copy
-            of the model at once, process CPU per frame; None where the backend gives no
-            copies (:meth:`~streamer.bench.work.FrameWork.inference_copies`).
+        every_replica: batch size → per-frame cost of inference at that batch size with
+            every replica of the model running at once (:mod:`.together`), for the batch
+            sizes that were the cheapest alone in some round; empty where the backend has
+            no copies to run (:func:`~streamer.bench.work.replica_sessions`).
     """
 
     decode: Cost
     preprocess: Cost
     inference: dict[int, Cost]
     postprocess: Cost
-    every_core: Cost | None = None
+    every_replica: dict[int, Cost] = field(default_factory=dict)
 
     def cheapest(self, other: Components) -> Components:
         """Each step at the lower of its CPU costs in ``self`` and ``other`` (two rounds'
@@ -68,13 +67,15 @@ class Components:
         def lower(mine: Cost, theirs: Cost) -> Cost:
             return theirs if theirs.cpu_ms < mine.cpu_ms else mine
 
-        every_core = [c for c in (self.every_core, other.every_core) if c is not None]
+        together = dict(other.every_replica)
+        for size, cost in self.every_replica.items():
+            together[size] = lower(cost, together[size]) if size in together else cost
         return Components(
             lower(self.decode, other.decode),
             lower(self.preprocess, other.preprocess),
             {size: lower(cost, other.inference[size]) for size, cost in self.inference.items()},
             lower(self.postprocess, other.postprocess),
-            min(every_core, key=lambda cost: cost.cpu_ms, default=None),
+            together,
         )
 
     def best_batch_size(self) -> int:
@@ -138,12 +139,6 @@ def mean_run_rows(batch: float, rows_per_run: int) -> float:
     return batch / math.ceil(batch / rows_per_run)
 
 
-_EVERY_CORE_WARMUP = 8
-"""Untimed batches each copy runs before ``every_core`` is timed."""
-_EVERY_CORE_KEPT = 256
-"""Frames whose model inputs ``every_core`` goes round (bounded: ``--frames`` may be large)."""
-
-
 def cpu_cores() -> int:
     """CPU cores this process may run on (its affinity mask)."""
     return len(os.sched_getaffinity(0))
@@ -170,24 +165,27 @@ def measure_components(
         frames: the input.
         count: frames to time each step over, at least 1.
         batch_sizes: inference batch sizes, ascending; the largest is the chunk size.
-        on_progress: called with the frames of each chunk once it is done.
+        on_progress: called with the frames of each chunk once it is done, then with those
+            of ``every_replica`` (the timed frames once per replica).
     """
     chunk = max(batch_sizes)
     watches = _Watches(batch_sizes)
     _warm_up(work, frames, batch_sizes)
-    kept: list[np.ndarray] = []  # model inputs for every_core, at most _EVERY_CORE_KEPT
+    kept: list[np.ndarray] = []  # model inputs for every_replica, at most KEPT_FRAMES
     timed = math.ceil(count / chunk) * chunk
     for start in range(0, timed, chunk):
         tensors = _time_chunk(work, frames, range(start, start + chunk), watches)
-        if start < _EVERY_CORE_KEPT:
+        if start < KEPT_FRAMES:
             kept.append(tensors)
         on_progress(chunk)
     alone = watches.components()
-    copies = work.inference_copies(cpu_cores())
+    copies = work.replica_copies()
     if not copies:
         return alone
-    every_core = _time_every_core(copies, np.concatenate(kept), timed, alone.best_batch_size())
-    return replace(alone, every_core=every_core)
+    best = alone.best_batch_size()
+    together = time_together(copies, np.concatenate(kept), timed, best)
+    on_progress(timed * len(copies))
+    return replace(alone, every_replica={best: together})
 
 
 class _Watches:
@@ -231,32 +229,3 @@ def _time_chunk(work: FrameWork, frames: FrameSet, indices: range, watches: _Wat
     with watches.postprocess.timing(n):
         work.postprocess(outputs, [transform for _, transform in prepared])
     return tensors
-
-
-def _time_every_core(
-    copies: Sequence[Callable[[np.ndarray], object]],
-    tensors: np.ndarray,
-    frames: int,
-    batch_size: int,
-) -> Cost:
-    """Each copy on its own thread, all at once, inferring ``frames`` rows in batches of
-    ``batch_size``, going round ``tensors``: the process's CPU time per frame (each copy
-    first runs :data:`_EVERY_CORE_WARMUP` batches untimed: a new session's first runs
-    allocate)."""
-    batches = [tensors[i : i + batch_size] for i in range(0, len(tensors), batch_size)]
-
-    def infer(copy: Callable[[np.ndarray], object], rows: int) -> None:
-        for index in range(math.ceil(rows / batch_size)):
-            copy(batches[index % len(batches)])
-
-    for copy in copies:
-        infer(copy, _EVERY_CORE_WARMUP * batch_size)
-    threads = [threading.Thread(target=infer, args=(copy, frames)) for copy in copies]
-    per_copy = math.ceil(frames / batch_size) * batch_size
-    watch = Stopwatch(time.process_time_ns)
-    with watch.timing(per_copy * len(copies)):
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    return watch.cost()

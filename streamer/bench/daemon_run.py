@@ -82,7 +82,9 @@ class DaemonDetail:
         producer_cpu_ms: the producer process's CPU time per frame, ms.
         subscriber_cpu_ms: the benchmark process's CPU time per frame while the run lasted,
             ms: its result subscriber's (the thread and ZeroMQ's I/O thread), which shares
-            the cores with the daemon.
+            the cores with the daemon, and the little else it does meanwhile (starting the
+            producer, waiting for results). Like ``producer_cpu_ms`` it holds the run's
+            fixed costs too, which only a few frames make large.
         stages: per-stage time inside the daemon.
         profile: where py-spy's samples fell, for a profiled run.
     """

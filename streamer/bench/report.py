@@ -191,8 +191,9 @@ def _runs(report: StageReport) -> str:
 def _ceiling(ceiling: Ceiling, daemon_fps: float) -> list[str]:
     return [
         f"  ceiling here: {ceiling.fps:.1f} frames/s ({ceiling.limit_ratio:.2f} x limit), the "
-        f"limit's work with inference on every core at once ({ceiling.inference_every_core_ms:.3f}"
-        f" ms/frame, alone {ceiling.inference_alone_ms:.3f})",
+        f"limit's work with inference at batch {ceiling.batch_size} on every replica at once "
+        f"({ceiling.inference_together_ms:.3f} ms/frame; alone {ceiling.inference_alone_ms:.3f},"
+        " the larger counted)",
         f"  and the producer ({ceiling.producer_cpu_ms:.3f} ms/frame) and subscriber "
         f"({ceiling.subscriber_cpu_ms:.3f}) on the same cores; the daemon reached "
         f"{daemon_fps / ceiling.fps:.2f} of it",

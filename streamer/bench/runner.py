@@ -27,6 +27,7 @@ from streamer.bench.inputs import INPUTS
 from streamer.bench.modes import DEVICE_SIDE, daemon_mode
 from streamer.bench.plot import INSTALL_HINT, plot_available, write_plot
 from streamer.bench.report import BenchReport, format_report, write_json
+from streamer.bench.work import check_benchable, replica_sessions
 from streamer.config import Config, load_config
 from streamer.config_writer import write_config
 
@@ -100,7 +101,8 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
     plan = _plan(options)
     if not plot_available():
         echo(f"matplotlib is not installed, so no plot will be drawn: {INSTALL_HINT}")
-    total = _total_frames(options, len(plan.daemons), max(plan.batch_sizes))
+    sessions = replica_sessions(plan.primary_config)
+    total = _total_frames(options, len(plan.daemons), max(plan.batch_sizes), sessions)
     try:
         with tqdm(total=total, unit="frame", dynamic_ncols=True) as bar:
             components, rounds, profiled = _measure(options, plan, _progress(bar))
@@ -117,7 +119,8 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
 
 def _plan(options: BenchOptions) -> _Plan:
     base = load_config(options.config_path)
-    options.out_dir.mkdir(parents=True, exist_ok=True)  # once the config is known to load
+    check_benchable(base)
+    options.out_dir.mkdir(parents=True, exist_ok=True)  # once the config is known to do
     max_sizes = options.max_sizes or (base.models[0].batch.max_size,)
     batch_sizes = tuple(sorted({*BATCH_SIZES, *max_sizes}))
     configs = [
@@ -244,9 +247,10 @@ def _measurements(
     )
 
 
-def _total_frames(options: BenchOptions, daemons: int, chunk: int) -> int:
-    """Frames the progress bar counts: every run of every input."""
-    components = math.ceil(options.frames / chunk) * chunk
+def _total_frames(options: BenchOptions, daemons: int, chunk: int, sessions: int) -> int:
+    """Frames the progress bar counts: every run of every input (the components' frames
+    once alone, and once per replica session together)."""
+    components = math.ceil(options.frames / chunk) * chunk * (1 + sessions)
     runs_per_round = 2 + daemons + 2  # serial, naive, a full load per daemon, 50 %, sources
     runs = options.rounds * runs_per_round + options.profile * PROFILE_FRAMES_FACTOR
     return len(INPUTS) * (options.rounds * components + runs * options.frames)

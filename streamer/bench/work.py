@@ -30,7 +30,7 @@ from streamer.vision.postprocess import Postprocessor
 from streamer.vision.preprocess import LetterboxTransform, Preprocessor
 from streamer.vision.registry import POSTPROCESSORS, PREPROCESSORS
 
-__all__ = ["FrameWork"]
+__all__ = ["FrameWork", "check_benchable", "replica_sessions"]
 
 _DEQUEUE_TIMEOUT_MS = 60_000
 
@@ -85,27 +85,63 @@ class _QueueRunner:
         self._model.close()
 
 
+def check_benchable(config: Config) -> None:
+    """Refuse a config the benchmark cannot time as the daemon runs it: it times one model
+    that reads the frame through a letterbox (its ``daemon_device_side`` moves the
+    letterbox's normalisation off the host), one step at a time.
+
+    Raises:
+        ConfigError: a chain of models, or a first model without a ``[models.preprocess]``
+            and a ``[models.postprocess]``, or whose preprocess is not a ``letterbox``.
+    """
+    model = config.models[0]
+    if model.preprocess is None or model.postprocess is None:
+        raise ConfigError(
+            "streamer bench needs models[0] to have a [models.preprocess] and a "
+            "[models.postprocess] (one model that reads the frame)"
+        )
+    if len(config.models) > 1:
+        names = ", ".join(m.name for m in config.models)
+        raise ConfigError(
+            f"streamer bench times one model, and this config chains {len(config.models)} "
+            f"({names}): give it a config with one [[models]] table"
+        )
+    if model.preprocess.kind != "letterbox":
+        raise ConfigError(
+            f"streamer bench needs a letterbox preprocess on models[0], not "
+            f"{model.preprocess.kind!r} (its daemon_device_side moves the letterbox's "
+            "normalisation into the model)"
+        )
+
+
+def replica_sessions(config: Config) -> int:
+    """Sessions of the first model the daemon runs at once on onnxruntime (``replicas`` on
+    each of ``runtime.devices``); 0 on any other backend, whose model the benchmark uses
+    from one thread only."""
+    if config.runtime.backend != "onnxruntime":
+        return 0
+    return config.models[0].replicas * len(config.runtime.devices)
+
+
 class FrameWork(Closing):
     """Decode, preprocess, infer and postprocess as the daemon configured by ``config`` does.
 
-    Not thread-safe: one thread calls every method (and each copy of
-    :meth:`inference_copies` is called from one thread). Close it (or use it as a context
-    manager) to release the model and the backend.
+    Not thread-safe: one thread calls every method, and each copy of
+    :meth:`replica_copies` is called by one thread at a time. Close it (or use it as a
+    context manager) to release the model and the backend.
 
     Args:
-        config: a validated config; its first ``[[models]]`` stage is used.
+        config: a validated config with one ``[[models]]`` stage (:func:`check_benchable`).
 
     Raises:
-        ConfigError, ModelError, BackendError: as :meth:`Pipeline.load` would.
+        ConfigError, ModelError, BackendError: as :meth:`Pipeline.load` would, and as
+            :func:`check_benchable`.
     """
 
     def __init__(self, config: Config) -> None:
+        check_benchable(config)
         model = config.models[0]
-        if model.preprocess is None or model.postprocess is None:
-            raise ConfigError(
-                "streamer bench needs models[0] to have a [models.preprocess] and a "
-                "[models.postprocess] (one model that reads the frame)"
-            )
+        assert model.preprocess is not None and model.postprocess is not None  # checked
         spec = ModelSpec(
             name=model.name,
             path=config.model_path(model),
@@ -120,6 +156,7 @@ class FrameWork(Closing):
         self._backend: Backend | None = None
         self._closed = False
         self._spec, self._options = spec, config.runtime.options
+        self._sessions = replica_sessions(config)
         self._runner = self._open_runner(config, spec)
         self._copies: list[_Runner] = []
         try:
@@ -165,19 +202,17 @@ class FrameWork(Closing):
         """One BGR image → (model input without the batch axis, its letterbox transform)."""
         return self._preprocess(image)
 
-    def inference_copies(self, count: int) -> list[Callable[[np.ndarray], Sequence[np.ndarray]]]:
-        """``count`` independent copies of the model's inference, for one thread each (as
-        the daemon's replicas run): on onnxruntime, a session per copy, loaded as
-        :meth:`infer`'s (opened once, kept until :meth:`close`); on any other backend none
-        (an empty list): its model is used from one thread only.
+    def replica_copies(self) -> list[Callable[[np.ndarray], Sequence[np.ndarray]]]:
+        """A copy of the model's inference per session the daemon runs at once
+        (:func:`replica_sessions`), each to be called by one thread at a time: on
+        onnxruntime, a session per copy, loaded as :meth:`infer`'s (opened once, kept until
+        :meth:`close`); on any other backend none (its model is used from one thread only).
 
         Each copy takes and returns what :meth:`infer` does.
         """
-        if not isinstance(self._runner, _SessionRunner):
-            return []
-        while len(self._copies) < count:
+        while len(self._copies) < self._sessions:
             self._copies.append(_SessionRunner(self._spec, self._options))
-        return [copy.run for copy in self._copies[:count]]
+        return [copy.run for copy in self._copies]
 
     def infer(self, batch: np.ndarray) -> Sequence[np.ndarray]:
         """Run one batch (batch first, e.g. float32 (B, 3, 128, 128)); outputs batch first.

@@ -8,8 +8,12 @@ table and the plot are written.
 from __future__ import annotations
 
 import json
+import math
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,12 +47,16 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
                 assert 0 <= run["idle_cores"] <= report["settings"]["cores"] + 1, (mode, run)
             else:  # not a daemon, or paced: idle by design
                 assert run["idle_cores"] is None, (mode, run)
-        assert set(item["components"]) == STEPS | {"every_core"}
-        cores = report["settings"]["cores"]  # every core ran the 16 frames at once
-        assert item["components"]["every_core"]["frames"] == FRAMES * cores
+        assert set(item["components"]) == STEPS | {"every_replica"}
+        together = item["components"]["every_replica"]  # each round's cheapest size alone
+        assert 1 <= len(together) <= 2 and set(together) <= set(item["components"]["inference"])
+        for size, cost in together.items():  # the default's 2 replicas, 16 frames each
+            assert cost["frames"] == 2 * math.ceil(FRAMES / int(size)) * int(size)
         ceiling = item["ceiling"]  # the daemon run's producer and subscriber priced in
         assert ceiling["producer_cpu_ms"] > 0 and ceiling["subscriber_cpu_ms"] > 0
+        cores = report["settings"]["cores"]
         assert ceiling["fps"] == pytest.approx(cores * 1000 / ceiling["cpu_ms_per_frame"], 1e-3)
+        assert ceiling["fps"] <= item["limit"]["fps"] and str(ceiling["batch_size"]) in together
         assert set(item["components"]["inference"]) == {"1", "2", "4", "8", "16"}
         assert item["limit"]["fps"] > 0 and item["limit"]["cores"] >= 1
         stages = item["daemon"]["daemon"]["stages"]
@@ -78,14 +86,74 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
     assert "no plot will be drawn" not in done.stdout
 
 
-def test_a_chain_the_bench_cannot_time_is_refused_clearly(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ("blazeface_split.toml", "needs models[0] to have a [models.preprocess] and a [models."),
+        ("blazeface_onet.toml", "times one model, and this config chains 2 (face, onet)"),
+    ],
+)
+def test_a_chain_the_bench_cannot_time_is_refused_clearly_and_leaves_no_folder(
+    tmp_path: Path, config: str, said: str
+) -> None:
+    """A chain is refused before anything runs: BlazeFace → O-Net used to be timed as
+    BlazeFace alone against a daemon running both."""
+    out = tmp_path / "out"
     command = [sys.executable, "-m", "streamer", "bench", "--quick", "--frames", "4"]
-    command += ["--config", str(ROOT / "configs" / "blazeface_split.toml"), "--out", str(tmp_path)]
+    command += ["--config", str(ROOT / "configs" / config), "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=110, cwd=ROOT)
     assert done.returncode == 2, done.stderr[-3000:]
-    assert "needs models[0] to have a [models.preprocess] and a [models.postprocess]" in (
-        done.stderr + done.stdout
-    )
+    assert said in done.stderr
+    assert not out.exists()
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (Linux /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_stops_the_daemons_and_the_receiver_it_started(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """SIGTERM to the bench (a CI job cancelled, a systemd unit stopped) used to leave its
+    two daemons and the naive receiver running, orphaned, with the frame files in --out."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "streamer", "bench", "--quick", "--frames", "4000"]
+    command += ["--config", str(ROOT / "configs" / "default.toml"), "--out", str(out)]
+    bench = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    started: set[int] = set()
+    try:
+        deadline = time.monotonic() + 90
+        while len(started := children(bench.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the receiver, then the two daemons
+        assert len(started) >= 3, "the bench did not start its daemons"
+        time.sleep(2)  # the daemons loaded, the warm-up under way
+        bench.send_signal(signal.SIGTERM)
+        _, stderr = bench.communicate(timeout=60)
+    finally:
+        bench.kill()
+        left = [pid for pid in started if alive(pid)]
+        for pid in left:  # a failed run must not leave them to the next tests
+            os.kill(pid, signal.SIGKILL)
+    assert bench.returncode == 143, stderr.decode()[-2000:]
+    assert not left
+    assert not list(out.glob("frames-*"))
 
 
 def test_a_config_that_does_not_load_is_the_first_thing_said_and_leaves_no_folder(

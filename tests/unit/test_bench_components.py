@@ -11,10 +11,11 @@ import pytest
 
 from streamer.bench.ceiling import find_ceiling
 from streamer.bench.clock import Cost
-from streamer.bench.components import Components, _time_every_core, find_limit, mean_run_rows
+from streamer.bench.components import Components, find_limit, mean_run_rows
 from streamer.bench.daemon_run import applied_rows_per_run
 from streamer.bench.stages import Stage, StageReport
 from streamer.bench.targets import BatchSizeFinding, batch_size_target, rows_per_run_target
+from streamer.bench.together import time_together
 
 
 def components(decode: float, preprocess: float, batch_1: float, batch_8: float) -> Components:
@@ -100,50 +101,78 @@ def test_a_daemon_that_turned_rows_per_run_off_is_priced_in_whole_batches() -> N
     assert applied_rows_per_run(lines[:1], 2) == 2
 
 
-def test_the_ceiling_prices_every_core_busy_and_the_load_beside_the_daemon() -> None:
+def test_the_ceiling_prices_every_replica_at_once_and_the_load_beside_the_daemon() -> None:
     """What a daemon with no overhead could reach here: the limit's work with inference
-    timed on every core at once, plus the producer's and subscriber's CPU per frame."""
+    timed with every replica at once, plus the producer's and subscriber's CPU per frame."""
     steps = components(decode=0.02, preprocess=0.12, batch_1=1.5, batch_8=1.6)
     assert find_ceiling(steps, find_limit(steps, cores=2), 0.05, 0.1) is None  # no copies
-    busy = replace(steps, every_core=Cost(1.65, 0.9, 64))
+    busy = replace(steps, every_replica={1: Cost(1.65, 0.9, 64)})
     limit = find_limit(busy, cores=2)
     ceiling = find_ceiling(busy, limit, producer_cpu_ms=0.05, subscriber_cpu_ms=0.1)
     assert ceiling is not None
-    cpu_ms = 0.02 + 0.12 + 0.05 + 1.65 + 0.05 + 0.1  # decode, pre, post, busy, load
+    cpu_ms = 0.02 + 0.12 + 0.05 + 1.65 + 0.05 + 0.1  # decode, pre, post, together, load
     assert ceiling.cpu_ms_per_frame == pytest.approx(cpu_ms)
     assert ceiling.fps == pytest.approx(2000 / cpu_ms, abs=0.05)
     assert ceiling.limit_ratio == pytest.approx(ceiling.fps / limit.fps, abs=1e-3)
-    assert (ceiling.inference_every_core_ms, ceiling.inference_alone_ms) == (1.65, 1.5)
+    assert (ceiling.batch_size, ceiling.inference_together_ms, ceiling.inference_alone_ms) == (
+        1,
+        1.65,
+        1.5,
+    )
 
 
-def test_every_core_keeps_its_cheapest_round_and_survives_a_round_without_it() -> None:
+def test_the_ceiling_never_passes_the_limit_nor_mixes_batch_sizes() -> None:
+    """Inference together measured below alone (a shared machine's noise) counts as alone;
+    each batch size timed together is compared with the same size alone."""
     steps = components(decode=0.02, preprocess=0.12, batch_1=1.5, batch_8=1.6)
-    slow, fast = Cost(1.9, 1.0, 64), Cost(1.7, 0.9, 64)
-    rounds = [replace(steps, every_core=slow), replace(steps, every_core=fast), steps]
-    assert rounds[0].cheapest(rounds[1]).every_core == fast
-    assert rounds[1].cheapest(rounds[0]).every_core == fast
-    assert rounds[2].cheapest(rounds[0]).every_core == slow
-    assert rounds[2].cheapest(rounds[2]).every_core is None
+    noisy = replace(steps, every_replica={1: Cost(1.2, 0.7, 64)})
+    limit = find_limit(noisy, cores=2)
+    ceiling = find_ceiling(noisy, limit, producer_cpu_ms=0.0, subscriber_cpu_ms=0.0)
+    assert ceiling is not None and ceiling.fps == pytest.approx(limit.fps, abs=0.05)
+    assert ceiling.limit_ratio <= 1.0
+    # Together at 8 (1.62, alone 1.6) beats together at 1 (1.9, alone 1.5): 8 is priced.
+    rounds = replace(steps, every_replica={1: Cost(1.9, 1.0, 64), 8: Cost(1.62, 0.9, 64)})
+    ceiling = find_ceiling(rounds, find_limit(rounds, cores=2), 0.0, 0.0)
+    assert ceiling is not None
+    assert (ceiling.batch_size, ceiling.inference_together_ms, ceiling.inference_alone_ms) == (
+        8,
+        1.62,
+        1.6,
+    )
 
 
-def test_every_core_goes_round_a_bounded_set_of_inputs_on_one_thread_per_copy() -> None:
-    """``--frames`` may be large: every_core keeps a bounded set of model inputs and goes
-    round it, each copy of the model on its own thread."""
+def test_every_replica_keeps_the_cheapest_round_of_each_batch_size() -> None:
+    steps = components(decode=0.02, preprocess=0.12, batch_1=1.5, batch_8=1.6)
+    slow, fast, other = Cost(1.9, 1.0, 64), Cost(1.7, 0.9, 64), Cost(1.8, 0.9, 64)
+    first = replace(steps, every_replica={1: slow})
+    second = replace(steps, every_replica={1: fast, 8: other})
+    assert first.cheapest(second).every_replica == {1: fast, 8: other}
+    assert second.cheapest(first).every_replica == {1: fast, 8: other}
+    assert steps.cheapest(first).every_replica == {1: slow}
+    assert steps.cheapest(steps).every_replica == {}
+
+
+def test_together_goes_round_a_bounded_set_of_inputs_on_one_thread_per_copy() -> None:
+    """``--frames`` may be large: the copies go round a bounded set of model inputs, in
+    whole batches, and the rows counted are the rows inferred."""
     seen: dict[int, list[int]] = {0: [], 1: []}
     threads: dict[int, set[str]] = {0: set(), 1: set()}
 
     def copy(index: int) -> Callable[[np.ndarray], object]:
         def infer(batch: np.ndarray) -> object:
-            seen[index].append(int(batch[0, 0]))
+            seen[index].append(len(batch) * 10 + int(batch[0, 0]))  # rows, first row
             threads[index].add(threading.current_thread().name)
             return batch
 
         return infer
 
-    tensors = np.arange(5)[:, None].repeat(3, axis=1)  # 5 rows, row i filled with i
-    cost = _time_every_core([copy(0), copy(1)], tensors, frames=12, batch_size=4)
-    assert cost.frames == 2 * 12
+    tensors = np.arange(10)[:, None].repeat(3, axis=1)  # 10 rows, row i filled with i
+    cost = time_together([copy(0), copy(1)], tensors, frames=10, batch_size=3)
+    assert cost.frames == 2 * 12  # 4 runs of 3 rows each (10 rounded up to whole batches)
     for index in (0, 1):
         warm_up, timed = seen[index][:8], seen[index][8:]
-        assert warm_up == [0, 4] * 4 and timed == [0, 4, 0]
+        assert warm_up == [30, 33, 36, 30, 33, 36, 30, 33]  # whole batches of 3 only
+        assert timed == [30, 33, 36, 30]
         assert len(threads[index]) == 2  # warmed up on the caller's, timed on its own
+    few = time_together([copy(0)], tensors[:2], frames=5, batch_size=4)
+    assert few.frames == 6 and seen[0][-3:] == [20, 20, 20]  # one batch of both rows
