@@ -120,7 +120,7 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
 def _plan(options: BenchOptions) -> _Plan:
     base = load_config(options.config_path)
     check_benchable(base)
-    options.out_dir.mkdir(parents=True, exist_ok=True)  # once the config is known to do
+    options.out_dir.mkdir(parents=True, exist_ok=True)  # once the config is known to suit
     max_sizes = options.max_sizes or (base.models[0].batch.max_size,)
     batch_sizes = tuple(sorted({*BATCH_SIZES, *max_sizes}))
     configs = [
