@@ -78,13 +78,12 @@ class BenchOptions:
 
 @dataclass(frozen=True)
 class _Plan:
-    """What the options resolve to: the base config, the daemons, the saved inputs."""
+    """What the options resolve to: the base config, the daemons and their configs."""
 
     base: Config
     batch_sizes: tuple[int, ...]
     daemons: list[DaemonPlan]
     primary_config: Config
-    frames: dict[str, tuple[FrameSet, Path]]
 
     @property
     def max_sizes(self) -> tuple[int, ...]:
@@ -104,12 +103,14 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
     sessions = replica_sessions(plan.primary_config)
     total = _total_frames(options, len(plan.daemons), max(plan.batch_sizes), sessions)
     try:
+        frames = _save_inputs(options)
         with tqdm(total=total, unit="frame", dynamic_ncols=True) as bar:
-            components, rounds, profiled = _measure(options, plan, _progress(bar))
+            components, rounds, profiled = _measure(options, plan, frames, _progress(bar))
     finally:
-        for _, path in plan.frames.values():
-            path.unlink(missing_ok=True)
-    report = assemble(_measurements(options, plan, components, rounds, profiled))
+        for bench_input in INPUTS:
+            _frames_path(options, bench_input.name).unlink(missing_ok=True)
+    measurements = _measurements(options, plan, frames, components, rounds, profiled)
+    report = assemble(measurements)
     write_json(report, options.out_dir / "report.json")
     if "plot" in report.files:
         write_plot(report, Path(report.files["plot"]))
@@ -129,7 +130,7 @@ def _plan(options: BenchOptions) -> _Plan:
     ]
     configs.append(_daemon_config(base, options, max_sizes[0], DEVICE_SIDE, batch_sizes))
     daemons = [daemon for daemon, _ in configs]
-    return _Plan(base, batch_sizes, daemons, configs[0][1], _save_inputs(options))
+    return _Plan(base, batch_sizes, daemons, configs[0][1])
 
 
 def _daemon_config(
@@ -156,14 +157,21 @@ def _save_inputs(options: BenchOptions) -> dict[str, tuple[FrameSet, Path]]:
     frames = {}
     for bench_input in INPUTS:
         frame_set = bench_input.load(options.frames)
-        path = options.out_dir / f"frames-{bench_input.name}.pickle"
+        path = _frames_path(options, bench_input.name)
         frame_set.save(path)
         frames[bench_input.name] = (frame_set, path)
     return frames
 
 
+def _frames_path(options: BenchOptions, input_name: str) -> Path:
+    return options.out_dir / f"frames-{input_name}.pickle"
+
+
 def _measure(
-    options: BenchOptions, plan: _Plan, progress: Progress
+    options: BenchOptions,
+    plan: _Plan,
+    frames: dict[str, tuple[FrameSet, Path]],
+    progress: Progress,
 ) -> tuple[dict[str, Components], list[dict[str, dict[str, Measured]]], dict[str, Measured]]:
     """(components, rounds, profiled runs), everything under test started once.
 
@@ -174,7 +182,7 @@ def _measure(
     harness = Harness(
         plan.primary_config,
         plan.daemons,
-        plan.frames,
+        frames,
         options.frames,
         options.out_dir,
         progress,
@@ -185,8 +193,10 @@ def _measure(
     try:
         for _ in range(options.rounds):
             components = {
-                name: _components(harness, name, frames, options.frames, plan.batch_sizes, progress)
-                for name, (frames, _) in plan.frames.items()
+                name: _components(
+                    harness, name, frame_set, options.frames, plan.batch_sizes, progress
+                )
+                for name, (frame_set, _) in frames.items()
             }
             rounds.append(harness.run_round(components))
             cheapest = {
@@ -217,6 +227,7 @@ def _components(
 def _measurements(
     options: BenchOptions,
     plan: _Plan,
+    frames: dict[str, tuple[FrameSet, Path]],
     components: dict[str, Components],
     rounds: list[dict[str, dict[str, Measured]]],
     profiled: dict[str, Measured],
@@ -235,7 +246,7 @@ def _measurements(
     }
     return Measurements(
         settings=settings(**given),
-        frames={name: frames for name, (frames, _) in plan.frames.items()},
+        frames={name: frame_set for name, (frame_set, _) in frames.items()},
         components=components,
         rounds=rounds,
         profiled=profiled,

@@ -94,17 +94,17 @@ def check_benchable(config: Config) -> None:
         ConfigError: a chain of models, or a first model without a ``[models.preprocess]``
             and a ``[models.postprocess]``, or whose preprocess is not a ``letterbox``.
     """
-    model = config.models[0]
-    if model.preprocess is None or model.postprocess is None:
-        raise ConfigError(
-            "streamer bench needs models[0] to have a [models.preprocess] and a "
-            "[models.postprocess] (one model that reads the frame)"
-        )
     if len(config.models) > 1:
         names = ", ".join(m.name for m in config.models)
         raise ConfigError(
             f"streamer bench times one model, and this config chains {len(config.models)} "
             f"({names}): give it a config with one [[models]] table"
+        )
+    model = config.models[0]
+    if model.preprocess is None or model.postprocess is None:
+        raise ConfigError(
+            "streamer bench needs models[0] to have a [models.preprocess] and a "
+            "[models.postprocess] (one model that reads the frame)"
         )
     if model.preprocess.kind != "letterbox":
         raise ConfigError(

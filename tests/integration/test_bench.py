@@ -89,7 +89,7 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
 @pytest.mark.parametrize(
     ("config", "said"),
     [
-        ("blazeface_split.toml", "needs models[0] to have a [models.preprocess] and a [models."),
+        ("blazeface_split.toml", "times one model, and this config chains 2 (backbone, head)"),
         ("blazeface_onet.toml", "times one model, and this config chains 2 (face, onet)"),
     ],
 )
@@ -154,6 +154,27 @@ def test_sigterm_stops_the_daemons_and_the_receiver_it_started(
     assert bench.returncode == 143, stderr.decode()[-2000:]
     assert not left
     assert not list(out.glob("frames-*"))
+
+
+def test_sigterm_while_the_inputs_are_read_leaves_no_frame_files(tmp_path: Path) -> None:
+    """The frames of the first input used to be saved before the cleanup was armed, so a
+    bench stopped while it read the second input left them in --out."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "streamer", "bench", "--quick", "--frames", "3000"]
+    command += ["--config", str(ROOT / "configs" / "default.toml"), "--out", str(out)]
+    bench = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 90
+        while not (out / "frames-carphone_raw.pickle").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (out / "frames-carphone_raw.pickle").exists(), "the bench saved no frames"
+        bench.send_signal(signal.SIGTERM)
+        _, stderr = bench.communicate(timeout=60)
+    finally:
+        bench.kill()
+    assert bench.returncode == 143, stderr.decode()[-2000:]
+    assert not list(out.glob("frames-*"))
+    assert (out / "config-daemon.toml").exists()  # what --out is for stays
 
 
 def test_a_config_that_does_not_load_is_the_first_thing_said_and_leaves_no_folder(
