@@ -25,7 +25,7 @@ import zmq
 
 from streamer.bench.frameset import FrameSet
 from streamer.bench.machine import machine_idle_s
-from streamer.clients.producer import Pacer
+from streamer.clients.pacer import Pacer
 from streamer.transport.protocol import encode_eos
 
 __all__ = ["main"]

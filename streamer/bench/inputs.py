@@ -16,7 +16,7 @@ import numpy as np
 
 from streamer.assets import media_path
 from streamer.bench.frameset import FrameSet
-from streamer.clients.producer import MediaInput
+from streamer.clients.media import MediaInput
 from streamer.errors import AssetError
 
 __all__ = ["INPUTS", "JPEG_QUALITY", "BenchInput"]

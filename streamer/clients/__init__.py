@@ -5,17 +5,15 @@ PULL ingress; a subscriber reads results from its PUB egress, summarises them an
 onto the video they came from. ``tools/produce.py`` and ``tools/subscribe.py`` are their CLIs.
 """
 
+from streamer.clients.media import IMAGE_SUFFIXES, MediaInput, open_input
+from streamer.clients.pacer import Pacer
 from streamer.clients.producer import (
     DEFAULT_CLOSE_TIMEOUT_S,
     DEFAULT_PRODUCER_ENDPOINT,
-    IMAGE_SUFFIXES,
     ClientError,
-    MediaInput,
-    Pacer,
     Producer,
     ProducerStats,
     SendTimeoutError,
-    open_input,
     produce,
 )
 from streamer.clients.subscriber import (

@@ -21,16 +21,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import cv2
 import numpy as np
 import zmq
 
 from streamer.clients.connection import connect
+from streamer.clients.media import MediaInput, open_input
 from streamer.clients.outbox import Outbox
+from streamer.clients.pacer import Pacer
 from streamer.errors import ClientError, FrameError, SendTimeoutError
 from streamer.lifecycle import Closing
 from streamer.transport.protocol import (
@@ -47,145 +48,16 @@ from streamer.vision.decode import DecodeLimits, check_payload
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
     "DEFAULT_PRODUCER_ENDPOINT",
-    "IMAGE_SUFFIXES",
     "ClientError",
-    "MediaInput",
-    "Pacer",
     "Producer",
     "ProducerStats",
     "SendTimeoutError",
-    "open_input",
     "produce",
 ]
 
 DEFAULT_PRODUCER_ENDPOINT = "tcp://127.0.0.1:5555"
 DEFAULT_CLOSE_TIMEOUT_S = 10.0
 """Longest wait at close for the queued frames and the end-of-stream to leave (s)."""
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
-"""Image files an input folder's frames are read from (with ``cv2.imread``), and a single
-file taken as an image rather than a video."""
-
-
-@dataclass(frozen=True)
-class MediaInput:
-    """Where a producer's frames come from.
-
-    Attributes:
-        kind: ``video`` (a file cv2.VideoCapture reads), ``folder`` (its image files,
-            :data:`IMAGE_SUFFIXES`, in name order), ``image`` (one file, a one-frame input)
-            or ``camera``.
-        path: the file or folder; None for a camera.
-        camera: the camera index for cv2.VideoCapture; None otherwise.
-    """
-
-    kind: Literal["video", "folder", "image", "camera"]
-    path: Path | None = None
-    camera: int | None = None
-
-    @property
-    def name(self) -> str:
-        """The default source id: the file or folder stem, or ``camera<index>``."""
-        return self.path.stem if self.path is not None else f"camera{self.camera}"
-
-    def frame_count(self) -> int | None:
-        """Frames in one pass over the input; None for a camera or an unknown video length."""
-        if self.kind == "folder":
-            return len(_image_files(self._path()))
-        if self.kind == "image":
-            return 1
-        if self.kind == "camera":
-            return None
-        capture = cv2.VideoCapture(str(self.path))
-        count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
-        capture.release()
-        return count if count > 0 else None
-
-    def frames(self) -> Iterator[np.ndarray]:
-        """One pass over the input.
-
-        Yields:
-            BGR uint8 images of shape (height, width, 3).
-
-        Raises:
-            ClientError: the input cannot be opened or an image cannot be read.
-        """
-        return (image for image, _ in self.named_frames())
-
-    def named_frames(self) -> Iterator[tuple[np.ndarray, str | None]]:
-        """One pass over the input, each image with the name of its file.
-
-        Yields:
-            (image, name): the image as :meth:`frames` yields it, and for a folder or a
-            single image the file's name (``"0001.jpg"``), for a video or camera None.
-
-        Raises:
-            ClientError: as :meth:`frames`.
-        """
-        if self.kind == "folder":
-            return ((_read_image(path), path.name) for path in _image_files(self._path()))
-        if self.kind == "image":
-            path = self._path()
-            return iter([(_read_image(path), path.name)])
-        target = self.camera if self.camera is not None else str(self.path)
-        return ((image, None) for image in _capture_frames(target))
-
-    def _path(self) -> Path:
-        assert self.path is not None, self
-        return self.path
-
-
-def open_input(spec: str | int | os.PathLike[str]) -> MediaInput:
-    """Resolve a producer's INPUT.
-
-    An int, or a string of digits that names no file, is a camera index; an existing folder
-    is an image folder; an existing file of :data:`IMAGE_SUFFIXES` is a single image; any other
-    existing file is a video; anything else is looked up as a fetched media name (e.g.
-    ``carphone.mp4``) with :func:`streamer.assets.media_path`, imported only then (0.1 s:
-    a client's start is what a subscriber started beside it waits out).
-
-    Raises:
-        AssetError: ``spec`` is no existing path and no fetched media name.
-    """
-    if isinstance(spec, int):
-        return MediaInput("camera", camera=spec)
-    text = os.fspath(spec)
-    path = Path(text)
-    if not path.exists():
-        if text.isdigit():
-            return MediaInput("camera", camera=int(text))
-        from streamer.assets import media_path
-
-        path = media_path(text)
-    if path.is_dir():
-        return MediaInput("folder", path=path)
-    if path.suffix.lower() in IMAGE_SUFFIXES:
-        return MediaInput("image", path=path)
-    return MediaInput("video", path=path)
-
-
-def _image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-
-
-def _read_image(path: Path) -> np.ndarray:
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if image is None:
-        raise ClientError(f"cannot read image {path}")
-    return image
-
-
-def _capture_frames(target: str | int) -> Iterator[np.ndarray]:
-    capture = cv2.VideoCapture(target)
-    try:
-        if not capture.isOpened():
-            raise ClientError(f"cannot open video or camera {target!r}")
-        while True:
-            ok, frame = capture.read()
-            if not ok:
-                return
-            yield frame
-    finally:
-        capture.release()
 
 
 @dataclass(frozen=True)
@@ -543,37 +415,6 @@ def _encode(image: np.ndarray, encoding: str, quality: int) -> bytes | np.ndarra
     if not ok:
         raise ClientError(f"cannot encode a {image.shape} {image.dtype} image as {encoding}")
     return buffer.tobytes()
-
-
-class Pacer:
-    """Spaces :meth:`wait` returns ``1 / fps`` s apart on a fixed monotonic schedule.
-
-    Slot *i* is ``first call + i / fps``, so sleep overshoot does not accumulate (no drift);
-    a caller that falls behind gets its late slots at once until it is back on schedule.
-
-    Args:
-        fps: frames per second; None or 0 means no pacing.
-
-    Raises:
-        ValueError: ``fps`` is negative, infinite or NaN.
-    """
-
-    def __init__(self, fps: float | None) -> None:
-        if fps is not None and not (math.isfinite(fps) and fps >= 0):
-            raise ValueError(f"fps must be finite and >= 0, got {fps}")
-        self._period_ns = round(1e9 / fps) if fps else 0
-        self._next_ns = 0
-
-    def wait(self) -> None:
-        """Sleep until the next slot (returns at once on the first call)."""
-        if not self._period_ns:
-            return
-        now = time.monotonic_ns()
-        if not self._next_ns:
-            self._next_ns = now
-        elif self._next_ns > now:
-            time.sleep((self._next_ns - now) / 1e9)
-        self._next_ns += self._period_ns
 
 
 def produce(

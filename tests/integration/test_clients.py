@@ -628,7 +628,7 @@ def test_a_fetched_media_name_is_found_without_importing_onnx(assets: dict[str, 
     """produce.py carphone.mp4 looked the name up through streamer.assets, whose fetching
     and converting pulled in onnx: 0.6 s more before the first frame."""
     code = (
-        "import sys; from streamer.clients.producer import open_input; "
+        "import sys; from streamer.clients.media import open_input; "
         "media = open_input('carphone.mp4'); assert media.kind == 'video', media; "
         "assert 'onnx' not in sys.modules"
     )
