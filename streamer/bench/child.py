@@ -14,13 +14,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from streamer.bench.deferred_signals import signals_deferred
 from streamer.errors import StreamerError
 
-__all__ = ["Child", "python_module"]
+__all__ = ["Child", "Stoppable", "python_module", "stop_all"]
 
 _STOP_TIMEOUT_S = 30.0
 
@@ -88,7 +89,11 @@ class Child:
         raise StreamerError(f"{self._name()}: no {event!r} line in {timeout_s} s: {self._tail()}")
 
     def stop(self) -> int:
-        """SIGTERM, wait (kill after 30 s), write the log; returns the exit code."""
+        """SIGTERM, wait (kill after 30 s), write the log; returns the exit code.
+
+        Raises:
+            StreamerError: the log cannot be written (the child is stopped all the same).
+        """
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:
@@ -99,7 +104,10 @@ class Child:
         self._reader.join(5)
         assert self.process.stdout is not None
         self.process.stdout.close()
-        self._log_path.write_text("".join(json.dumps(line) + "\n" for line in self.lines))
+        try:
+            self._log_path.write_text("".join(json.dumps(line) + "\n" for line in self.lines))
+        except OSError as exc:
+            raise StreamerError(f"cannot write {self._log_path}: {exc.strerror or exc}") from exc
         return code
 
     def _name(self) -> str:
@@ -107,3 +115,28 @@ class Child:
 
     def _tail(self) -> str:
         return "; ".join(json.dumps(line) for line in self.lines[-5:]) or "no output"
+
+
+class Stoppable(Protocol):
+    """Something the benchmark started and must stop (a :class:`Child` or its owner)."""
+
+    def stop(self) -> object:
+        """Stop it; may raise."""
+
+
+def stop_all(children: Iterable[Stoppable]) -> None:
+    """Stop each of ``children`` in turn, every one even when a stop fails, with Ctrl-C and
+    SIGTERM deferred until all are stopped (:func:`signals_deferred`).
+
+    Raises:
+        Exception: the first error a stop raised, once every stop was tried.
+    """
+    errors: list[Exception] = []
+    with signals_deferred():
+        for child in children:
+            try:
+                child.stop()
+            except Exception as exc:  # the others are stopped all the same
+                errors.append(exc)
+    if errors:
+        raise errors[0]

@@ -29,7 +29,7 @@ import zmq
 
 from streamer.bench.bench_config import Ports
 from streamer.bench.capture import ResultCapture
-from streamer.bench.child import Child, python_module
+from streamer.bench.child import Child, python_module, stop_all
 from streamer.bench.components import Components
 from streamer.bench.frameset import FrameSet
 from streamer.bench.machine import idle_cores, machine_idle_s
@@ -151,8 +151,8 @@ class DaemonUnderTest:
         try:
             self._child.wait_event("ready", _READY_TIMEOUT_S)
             self._capture.launch()
-        except BaseException:
-            self.stop()
+        except BaseException:  # Ctrl-C or SIGTERM too: nothing else knows of the daemon yet
+            stop_all([self])
             raise
 
     @property

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from streamer.bench.bench_config import Ports, free_port
+from streamer.bench.child import Stoppable, stop_all
 from streamer.bench.components import Components
 from streamer.bench.daemon_run import DaemonDetail, DaemonUnderTest, Load
 from streamer.bench.frameset import FrameSet
@@ -115,14 +116,19 @@ class Harness:
                 daemon.warm_up(frames)
 
     def close(self) -> None:
-        """Stop the daemons and the receiver, release the model; idempotent."""
-        for daemon in self.daemons:
-            daemon.stop()
-        self.daemons = []
-        if self.receiver is not None:
-            self.receiver.stop()
-            self.receiver = None
-        self.work.close()
+        """Stop the daemons and the receiver, every one even when a stop fails, with Ctrl-C
+        and SIGTERM deferred until they are stopped (:func:`stop_all`); release the model;
+        idempotent.
+
+        Raises:
+            StreamerError: a child's log could not be written (all are stopped).
+        """
+        children: list[Stoppable] = [*self.daemons, *self._receivers()]
+        self.daemons, self.receiver = [], None
+        try:
+            stop_all(children)
+        finally:
+            self.work.close()
 
     def run_round(self, components: dict[str, Components]) -> dict[str, dict[str, Measured]]:
         """Every mode once on every input: input name → mode → its run.
@@ -191,8 +197,11 @@ class Harness:
     def _naive(self, path: Path) -> Callable[[], RunResult]:
         return lambda: run_naive_sender(self._endpoint, path, self._count, _NAIVE_WARMUP)
 
+    def _receivers(self) -> list[NaiveReceiver]:
+        return [self.receiver] if self.receiver is not None else []
+
     def _receiver_pids(self) -> list[int]:
-        return [self.receiver.pid] if self.receiver is not None else []
+        return [receiver.pid for receiver in self._receivers()]
 
     def _measured(
         self, mode: str, name: str, live_pids: Iterable[int], run: Callable[[], RunResult]

@@ -22,7 +22,7 @@ import click
 import numpy as np
 import zmq
 
-from streamer.bench.child import Child, python_module
+from streamer.bench.child import Child, python_module, stop_all
 from streamer.bench.modes import NAIVE
 from streamer.bench.stats import RunResult
 from streamer.bench.work import FrameWork
@@ -55,8 +55,8 @@ class NaiveReceiver:
         self._child = Child(command, log_path)
         try:
             self._child.wait_event("ready", _READY_TIMEOUT_S)
-        except StreamerError:
-            self._child.stop()
+        except BaseException:  # Ctrl-C or SIGTERM too: nothing else knows of the child yet
+            stop_all([self._child])
             raise
 
     @property

@@ -128,11 +128,18 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.parametrize(
+    ("signals", "exit_codes"),
+    [((signal.SIGTERM,), {143}), ((signal.SIGTERM, signal.SIGINT), {1, 143})],
+    ids=["sigterm", "sigterm-then-ctrl-c"],
+)
 def test_sigterm_stops_the_daemons_and_the_receiver_it_started(
-    tmp_path: Path, assets: dict[str, Path]
+    tmp_path: Path, assets: dict[str, Path], signals: tuple[int, ...], exit_codes: set[int]
 ) -> None:
     """SIGTERM to the bench (a CI job cancelled, a systemd unit stopped) used to leave its
-    two daemons and the naive receiver running, orphaned, with the frame files in --out."""
+    two daemons and the naive receiver running, orphaned, with the frame files in --out;
+    then a Ctrl-C while it stopped them (or a signal while it stopped them of its own
+    accord) skipped the stops after the one under way."""
     out = tmp_path / "out"
     command = [sys.executable, "-m", "streamer", "bench", "--quick", "--frames", "4000"]
     command += ["--config", str(ROOT / "configs" / "default.toml"), "--out", str(out)]
@@ -144,14 +151,16 @@ def test_sigterm_stops_the_daemons_and_the_receiver_it_started(
             time.sleep(0.2)  # the receiver, then the two daemons
         assert len(started) >= 3, "the bench did not start its daemons"
         time.sleep(2)  # the daemons loaded, the warm-up under way
-        bench.send_signal(signal.SIGTERM)
+        for signum in signals:
+            bench.send_signal(signum)
+            time.sleep(0.3)  # the bench is stopping its first daemon
         _, stderr = bench.communicate(timeout=60)
     finally:
         bench.kill()
         left = [pid for pid in started if alive(pid)]
         for pid in left:  # a failed run must not leave them to the next tests
             os.kill(pid, signal.SIGKILL)
-    assert bench.returncode == 143, stderr.decode()[-2000:]
+    assert bench.returncode in exit_codes, stderr.decode()[-2000:]
     assert not left
     assert not list(out.glob("frames-*"))
 
@@ -188,3 +197,13 @@ def test_a_config_that_does_not_load_is_the_first_thing_said_and_leaves_no_folde
     assert done.returncode == 2, done.stderr[-3000:]
     assert "queue_size" in done.stderr and "matplotlib" not in done.stdout + done.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("settle", ["nan", "inf"])
+def test_a_settle_time_that_is_not_a_finite_number_is_refused(tmp_path: Path, settle: str) -> None:
+    """NaN was taken, and written into report.json, which is then not JSON."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "streamer", "bench", "--quick", "--settle", settle]
+    done = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "must be a finite number" in done.stderr and not out.exists()
