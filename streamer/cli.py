@@ -12,6 +12,7 @@ import click
 import structlog
 
 from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state, fetch_assets
+from streamer.clients.tool_options import finite
 from streamer.config import Config, DaemonConfig, cache_dir
 from streamer.config_read import ConfigRead
 from streamer.cpu_scheduling import apply_cpu_scheduling_policy, log_policy_change
@@ -188,7 +189,8 @@ def _released(pipeline: Pipeline) -> bool:
     "max_sizes",
     type=click.IntRange(1, 64),
     multiple=True,
-    help="Batch max_size of the daemon; repeat to compare (the first gets every run)  "
+    help="Batch max_size of the daemon; repeat to compare (the first gets every run; a "
+    "value given twice counts once)  "
     "[default: the config's]",
 )
 @click.option(
@@ -209,6 +211,7 @@ def _released(pipeline: Pipeline) -> bool:
     "--settle",
     "settle_s",
     type=click.FloatRange(min=0),
+    callback=finite,
     help="Before each run, wait up to this many seconds for other processes to quiet down  "
     "[default: 10; 0 with --quick]",
 )
@@ -245,7 +248,7 @@ def bench(
     except (ConfigError, ModelError, AssetError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    except StreamerError as exc:
+    except (StreamerError, OSError) as exc:  # OSError: a full disk under --out
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FATAL)
 

@@ -105,9 +105,10 @@ _NOTE = (
 
 
 def _title(settings: dict[str, Any]) -> str:
+    rounds = settings["rounds"]
     return (
         f"streamer bench: backend {settings['backend']}, {settings['cores']} CPU cores, "
-        f"{settings['frames']} frames per run, {settings['rounds']} rounds, "
+        f"{settings['frames']} frames per run, {rounds} round{'s' if rounds != 1 else ''}, "
         f"max_size {settings['max_sizes'][0]}, config {settings['config']}"
     )
 

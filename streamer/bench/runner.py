@@ -21,6 +21,7 @@ from tqdm import tqdm
 from streamer.bench.assemble import Measurements, assemble, settings
 from streamer.bench.bench_config import Ports, bench_config
 from streamer.bench.components import Components, cpu_cores, measure_components
+from streamer.bench.deferred_signals import signals_deferred
 from streamer.bench.frameset import FrameSet
 from streamer.bench.harness import PROFILE_FRAMES_FACTOR, DaemonPlan, Harness, Measured
 from streamer.bench.inputs import INPUTS
@@ -30,6 +31,7 @@ from streamer.bench.report import BenchReport, format_report, write_json
 from streamer.bench.work import check_benchable, replica_sessions
 from streamer.config import Config, load_config
 from streamer.config_writer import write_config
+from streamer.errors import ConfigError
 
 __all__ = [
     "DEFAULT_FRAMES",
@@ -60,7 +62,7 @@ class BenchOptions:
         rounds: times every mode runs; the best run of each is reported.
         backend: ``onnxruntime`` or ``acl-sim``.
         max_sizes: batch ``max_size`` values for the daemon, the first one (the primary)
-            with every run; empty for the config's.
+            with every run (a value given twice counts once); empty for the config's.
         out_dir: where the report and the run's files go.
         profile: also sample the daemon with py-spy under full load.
         settle_s: before each run, wait up to this long for other processes to quiet down.
@@ -94,8 +96,11 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
     """Run every mode, write ``report.json`` (and ``report.png``), print the tables.
 
     Raises:
-        ConfigError, ModelError, AssetError: the config, model or media cannot be used.
-        StreamerError: a subprocess (daemon, receiver, producer, py-spy) failed.
+        ConfigError, ModelError, AssetError: the config, model or media cannot be used, or
+            ``out_dir`` cannot be made or written to.
+        StreamerError: a subprocess (daemon, receiver, producer, py-spy) failed, or its log
+            could not be written.
+        OSError: the frame files or the report could not be written (a full disk).
     """
     plan = _plan(options)
     if not plot_available():
@@ -107,8 +112,9 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
         with tqdm(total=total, unit="frame", dynamic_ncols=True) as bar:
             components, rounds, profiled = _measure(options, plan, frames, _progress(bar))
     finally:
-        for bench_input in INPUTS:
-            _frames_path(options, bench_input.name).unlink(missing_ok=True)
+        with signals_deferred():
+            for bench_input in INPUTS:
+                _frames_path(options, bench_input.name).unlink(missing_ok=True)
     measurements = _measurements(options, plan, frames, components, rounds, profiled)
     report = assemble(measurements)
     write_json(report, options.out_dir / "report.json")
@@ -121,14 +127,17 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
 def _plan(options: BenchOptions) -> _Plan:
     base = load_config(options.config_path)
     check_benchable(base)
-    options.out_dir.mkdir(parents=True, exist_ok=True)  # once the config is known to suit
-    max_sizes = options.max_sizes or (base.models[0].batch.max_size,)
+    max_sizes = tuple(dict.fromkeys(options.max_sizes)) or (base.models[0].batch.max_size,)
     batch_sizes = tuple(sorted({*BATCH_SIZES, *max_sizes}))
-    configs = [
-        _daemon_config(base, options, m, daemon_mode(m, max_sizes[0]), batch_sizes)
-        for m in max_sizes
-    ]
-    configs.append(_daemon_config(base, options, max_sizes[0], DEVICE_SIDE, batch_sizes))
+    try:
+        options.out_dir.mkdir(parents=True, exist_ok=True)  # once the config is known to suit
+        configs = [
+            _daemon_config(base, options, m, daemon_mode(m, max_sizes[0]), batch_sizes)
+            for m in max_sizes
+        ]
+        configs.append(_daemon_config(base, options, max_sizes[0], DEVICE_SIDE, batch_sizes))
+    except OSError as exc:
+        raise ConfigError(f"--out {options.out_dir}: {exc.strerror or exc}") from exc
     daemons = [daemon for daemon, _ in configs]
     return _Plan(base, batch_sizes, daemons, configs[0][1])
 
