@@ -17,13 +17,23 @@ from tqdm import tqdm
 
 from streamer.clients import (
     DEFAULT_CLOSE_TIMEOUT_S,
+    DEFAULT_FRAME_LIMITS,
     DEFAULT_PRODUCER_ENDPOINT,
+    FrameLimits,
     MediaInput,
     open_input,
     produce,
 )
-from streamer.clients.tool_options import curve_client, curve_options, finite, zmq_endpoint
-from streamer.errors import StreamerError
+from streamer.clients.pacer import MIN_FPS
+from streamer.clients.tool_options import (
+    MAX_WAIT_S,
+    curve_client,
+    curve_options,
+    finite,
+    sigterm_as_ctrl_c,
+    zmq_endpoint,
+)
+from streamer.errors import ClientError, StreamerError
 from streamer.transport.protocol import ENCODINGS
 
 
@@ -33,8 +43,26 @@ def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     return value
 
 
+def _media(_ctx: click.Context, _param: click.Parameter, spec: str) -> MediaInput:
+    """INPUT resolved (:func:`open_input`): one that does not exist is a usage error, before
+    anything connects."""
+    try:
+        return open_input(spec)
+    except StreamerError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def _pace(ctx: click.Context, param: click.Parameter, fps: float) -> float:
+    """``--fps``: finite, and 0 or at least :data:`MIN_FPS` (a slower pace overflows the
+    pacer's sleep)."""
+    fps = finite(ctx, param, fps) or 0.0
+    if 0 < fps < MIN_FPS:
+        raise click.BadParameter(f"must be 0 or at least {MIN_FPS}, got {fps}")
+    return fps
+
+
 @click.command()
-@click.argument("input_spec", metavar="INPUT")
+@click.argument("media", metavar="INPUT", callback=_media)
 @click.option(
     "--endpoint",
     default=DEFAULT_PRODUCER_ENDPOINT,
@@ -46,10 +74,10 @@ def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option(
     "--fps",
     type=click.FloatRange(min=0),
-    callback=finite,
+    callback=_pace,
     default=0.0,
     show_default=True,
-    help="Frames per second; 0 sends as fast as possible.",
+    help=f"Frames per second, 0 or at least {MIN_FPS}; 0 sends as fast as possible.",
 )
 @click.option("--limit", type=click.IntRange(min=0), help="Stop after this many frames.")
 @click.option(
@@ -66,7 +94,7 @@ def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option(
     "--send-timeout",
     "send_timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(min=0, max=MAX_WAIT_S, min_open=True),
     callback=finite,
     default=5.0,
     show_default=True,
@@ -76,17 +104,24 @@ def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option(
     "--close-timeout",
     "close_timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(min=0, max=MAX_WAIT_S, min_open=True),
     callback=finite,
     default=DEFAULT_CLOSE_TIMEOUT_S,
     show_default=True,
     help="Seconds to wait after the last frame for the queued frames and the end-of-stream "
     "to leave; frames still queued then are discarded and the exit code is 1.",
 )
+@click.option(
+    "--no-size-limits",
+    is_flag=True,
+    help="Send frames over the daemon's default [[ingress]] size limits (max_width_px, "
+    "max_height_px, max_pixels, max_message_bytes), to a daemon that raised them; "
+    "otherwise such a frame ends the run before it is sent.",
+)
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @curve_options
 def main(
-    input_spec: str,
+    media: MediaInput,
     endpoint: str,
     source: str | None,
     fps: float,
@@ -96,17 +131,20 @@ def main(
     quality: int,
     send_timeout_s: float,
     close_timeout_s: float,
+    no_size_limits: bool,
     no_progress: bool,
     curve_server_key: Path | None,
     curve_secret_key: Path | None,
 ) -> None:
     """Send the frames of INPUT (a video, an image folder, an image, a fetched media name
-    such as carphone.mp4, or a camera index) to a streamer daemon, then end-of-stream."""
+    such as carphone.mp4, or a camera index) to a streamer daemon, then end-of-stream.
+    SIGTERM stops it as Ctrl-C does."""
     curve = curve_client(curve_server_key, curve_secret_key)
+    sigterm_as_ctrl_c()
+    source = media.name if source is None else source
+    total = _expected_frames(media, loop, limit)
+    limits = FrameLimits.unlimited() if no_size_limits else DEFAULT_FRAME_LIMITS
     try:
-        media = open_input(input_spec)
-        source = media.name if source is None else source
-        total = _expected_frames(media, loop, limit)
         with tqdm(total=total, unit="frame", disable=no_progress) as bar:
             stats = produce(
                 media,
@@ -121,6 +159,7 @@ def main(
                 close_timeout_s=close_timeout_s,
                 on_sent=lambda _size: bar.update(),
                 curve=curve,
+                limits=limits,
             )
     except StreamerError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -133,8 +172,16 @@ def main(
 
 
 def _expected_frames(media: MediaInput, loop: int, limit: int | None) -> int | None:
-    """Frames the run will send, for the progress bar; None when unknown or endless."""
-    count = media.frame_count()
+    """Frames the run will send, for the progress bar; None when unknown or endless.
+
+    Raises:
+        click.BadParameter: INPUT is a video that cannot be opened (OpenCV's own message,
+            e.g. ``moov atom not found``, comes just before), before anything connects.
+    """
+    try:
+        count = media.frame_count()
+    except ClientError as exc:
+        raise click.BadParameter(str(exc), param_hint="'INPUT'") from exc
     if count is None or loop == 0:
         return limit
     return count * loop if limit is None else min(limit, count * loop)

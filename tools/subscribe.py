@@ -13,10 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar
 
 import click
@@ -30,7 +28,14 @@ from streamer.clients import (
     open_input,
     result_line,
 )
-from streamer.clients.tool_options import curve_client, curve_options, finite, zmq_endpoint
+from streamer.clients.tool_options import (
+    MAX_WAIT_S,
+    curve_client,
+    curve_options,
+    finite,
+    sigterm_as_ctrl_c,
+    zmq_endpoint,
+)
 from streamer.errors import ClientError, StreamerError
 from streamer.lifecycle import Closing
 
@@ -98,7 +103,7 @@ def _video(_ctx: click.Context, _param: click.Parameter, spec: str | None) -> Pa
 @click.option(
     "--idle-timeout",
     "idle_timeout_s",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, max=MAX_WAIT_S),
     callback=finite,
     default=10.0,
     show_default=True,
@@ -160,7 +165,7 @@ def main(
     if sources and (filtered := set(expect_eos) - set(sources)):
         raise click.UsageError(f"--expect-eos {_names(filtered)}: not among the --source ones")
     curve = curve_client(curve_server_key, curve_secret_key)
-    signal.signal(signal.SIGTERM, _interrupt)
+    sigterm_as_ctrl_c()
     summary = Summary()
     interrupted = False
     try:
@@ -179,11 +184,6 @@ def main(
     if missing := set(expect_eos) - summary.eos:
         why = _stop_reason(summary, interrupted, count, idle_timeout_s)
         raise click.ClickException(f"no end of stream from {_names(missing)}: {why}")
-
-
-def _interrupt(_signum: int, _frame: FrameType | None) -> None:
-    """SIGTERM's handler: stop as Ctrl-C does."""
-    raise KeyboardInterrupt
 
 
 def _results(

@@ -5,6 +5,7 @@ PULL ingress; a subscriber reads results from its PUB egress, summarises them an
 onto the video they came from. ``tools/produce.py`` and ``tools/subscribe.py`` are their CLIs.
 """
 
+from streamer.clients.frame_limits import DEFAULT_FRAME_LIMITS, FrameLimits
 from streamer.clients.media import IMAGE_SUFFIXES, MediaInput, open_input
 from streamer.clients.pacer import Pacer
 from streamer.clients.producer import (
@@ -28,6 +29,7 @@ from streamer.transport.security import CurveClient
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
+    "DEFAULT_FRAME_LIMITS",
     "DEFAULT_PRODUCER_ENDPOINT",
     "DEFAULT_SUBSCRIBER_ENDPOINT",
     "IMAGE_SUFFIXES",
@@ -35,6 +37,7 @@ __all__ = [
     "Annotator",
     "ClientError",
     "CurveClient",
+    "FrameLimits",
     "MediaInput",
     "Pacer",
     "Producer",

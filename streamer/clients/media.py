@@ -16,11 +16,16 @@ import numpy as np
 
 from streamer.errors import ClientError
 
-__all__ = ["IMAGE_SUFFIXES", "MediaInput", "open_input"]
+__all__ = ["FRAME_COUNT_SLACK", "IMAGE_SUFFIXES", "MediaInput", "open_input"]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 """Image files an input folder's frames are read from (with ``cv2.imread``), and a single
 file taken as an image rather than a video."""
+
+FRAME_COUNT_SLACK = 2
+"""Frames a video may end short of the count its container announces
+(``CAP_PROP_FRAME_COUNT``) without being taken as truncated or corrupt: real files are
+often off by one or two at the end."""
 
 
 @dataclass(frozen=True)
@@ -45,14 +50,18 @@ class MediaInput:
         return self.path.stem if self.path is not None else f"camera{self.camera}"
 
     def frame_count(self) -> int | None:
-        """Frames in one pass over the input; None for a camera or an unknown video length."""
+        """Frames in one pass over the input; None for a camera or an unknown video length.
+
+        Raises:
+            ClientError: the video cannot be opened.
+        """
         if self.kind == "folder":
             return len(_image_files(self._path()))
         if self.kind == "image":
             return 1
         if self.kind == "camera":
             return None
-        capture = cv2.VideoCapture(str(self.path))
+        capture = _open_capture(str(self.path))
         count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
         capture.release()
         return count if count > 0 else None
@@ -64,7 +73,10 @@ class MediaInput:
             BGR uint8 images of shape (height, width, 3).
 
         Raises:
-            ClientError: the input cannot be opened or an image cannot be read.
+            ClientError: the input cannot be opened, an image cannot be read, or a video's
+                frames end more than :data:`FRAME_COUNT_SLACK` short of the count its
+                container announces (it is truncated or corrupt), once the frames read were
+                yielded.
         """
         return (image for image, _ in self.named_frames())
 
@@ -101,7 +113,8 @@ def open_input(spec: str | int | os.PathLike[str]) -> MediaInput:
     a client's start is what a subscriber started beside it waits out).
 
     Raises:
-        AssetError: ``spec`` is no existing path and no fetched media name.
+        ClientError: ``spec`` is no existing path and no media name: the file does not exist.
+        AssetError: ``spec`` is a media name not fetched yet.
     """
     if isinstance(spec, int):
         return MediaInput("camera", camera=spec)
@@ -110,9 +123,7 @@ def open_input(spec: str | int | os.PathLike[str]) -> MediaInput:
     if not path.exists():
         if text.isdigit():
             return MediaInput("camera", camera=int(text))
-        from streamer.assets import media_path
-
-        path = media_path(text)
+        path = _fetched_media(text)
     if path.is_dir():
         return MediaInput("folder", path=path)
     if path.suffix.lower() in IMAGE_SUFFIXES:
@@ -120,8 +131,23 @@ def open_input(spec: str | int | os.PathLike[str]) -> MediaInput:
     return MediaInput("video", path=path)
 
 
+def _fetched_media(name: str) -> Path:
+    """The path of the fetched media asset ``name``.
+
+    Raises:
+        ClientError: no media asset has that name: it is a file that does not exist.
+        AssetError: that media asset has not been fetched.
+    """
+    from streamer.assets import ASSETS, media_path
+
+    if not any(asset.kind == "media" and asset.name == name for asset in ASSETS):
+        raise ClientError(f"{name!r} does not exist: no such file or folder, nor media asset")
+    return media_path(name)
+
+
 def _image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    """The image files of ``folder`` in name order (a folder named like one is skipped)."""
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
 
 
 def _read_image(path: Path) -> np.ndarray:
@@ -131,15 +157,49 @@ def _read_image(path: Path) -> np.ndarray:
     return image
 
 
-def _capture_frames(target: str | int) -> Iterator[np.ndarray]:
+def _open_capture(target: str | int) -> cv2.VideoCapture:
+    """A capture of the video file or camera ``target``, opened.
+
+    Raises:
+        ClientError: OpenCV cannot open it.
+    """
     capture = cv2.VideoCapture(target)
+    if not capture.isOpened():
+        capture.release()
+        raise ClientError(f"cannot open video or camera {target!r}")
+    return capture
+
+
+def _capture_frames(target: str | int) -> Iterator[np.ndarray]:
+    """The frames of the video file or camera ``target``, read with one capture.
+
+    Raises:
+        ClientError: as :func:`_open_capture`, or as :func:`_check_complete` once the
+            frames end.
+    """
+    capture = _open_capture(target)
     try:
-        if not capture.isOpened():
-            raise ClientError(f"cannot open video or camera {target!r}")
+        announced, read = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)), 0
         while True:
             ok, frame = capture.read()
             if not ok:
-                return
+                break
+            read += 1
             yield frame
+        _check_complete(target, read, announced)
     finally:
         capture.release()
+
+
+def _check_complete(target: str | int, read: int, announced: int) -> None:
+    """Refuse a pass over ``target`` that ended short of the frames its container announced
+    (none announced: 0 or -1, e.g. a camera), by more than :data:`FRAME_COUNT_SLACK`.
+
+    Raises:
+        ClientError: ``read`` < ``announced`` - :data:`FRAME_COUNT_SLACK`.
+    """
+    if read < announced - FRAME_COUNT_SLACK:
+        raise ClientError(
+            f"{target}: read {read} of the {announced} frames its container announces: "
+            "the video is truncated or corrupt"
+        )

@@ -5,7 +5,11 @@ from __future__ import annotations
 import math
 import time
 
-__all__ = ["Pacer"]
+__all__ = ["MIN_FPS", "Pacer"]
+
+MIN_FPS = 0.001
+"""The slowest pace (frames per second): a frame every 1000 s. A slower one is refused: its
+period overflows ``time.sleep`` (near 1e-10 fps) or even a float (1e-300)."""
 
 
 class Pacer:
@@ -15,15 +19,15 @@ class Pacer:
     a caller that falls behind gets its late slots at once until it is back on schedule.
 
     Args:
-        fps: frames per second; None or 0 means no pacing.
+        fps: frames per second, at least :data:`MIN_FPS`; None or 0 means no pacing.
 
     Raises:
-        ValueError: ``fps`` is negative, infinite or NaN.
+        ValueError: ``fps`` is negative, below :data:`MIN_FPS` but not 0, infinite or NaN.
     """
 
     def __init__(self, fps: float | None) -> None:
-        if fps is not None and not (math.isfinite(fps) and fps >= 0):
-            raise ValueError(f"fps must be finite and >= 0, got {fps}")
+        if fps is not None and not (math.isfinite(fps) and (fps == 0 or fps >= MIN_FPS)):
+            raise ValueError(f"fps must be finite and 0 or >= {MIN_FPS}, got {fps}")
         self._period_ns = round(1e9 / fps) if fps else 0
         self._next_ns = 0
 

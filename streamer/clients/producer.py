@@ -29,6 +29,7 @@ import numpy as np
 import zmq
 
 from streamer.clients.connection import connect
+from streamer.clients.frame_limits import DEFAULT_FRAME_LIMITS, FrameLimits
 from streamer.clients.media import MediaInput, open_input
 from streamer.clients.outbox import Outbox
 from streamer.clients.pacer import Pacer
@@ -43,7 +44,6 @@ from streamer.transport.protocol import (
     parse_header,
 )
 from streamer.transport.security import CurveClient
-from streamer.vision.decode import DecodeLimits, check_payload
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT_S",
@@ -113,6 +113,9 @@ class Producer(Closing):
             last bytes until then).
         curve: the keys of a CURVE client (:meth:`CurveClient.from_files`) for an ingress
             that requires CURVE; None for a plain one.
+        limits: the daemon ingress's size limits, a frame over them is refused before it
+            is sent; default: the daemon's defaults, for an ingress that does not raise
+            them (:data:`~streamer.clients.frame_limits.DEFAULT_FRAME_LIMITS`).
 
     ``with Producer(...) as producer:`` closes it on the way out, or aborts it
     (:meth:`abort`) when a KeyboardInterrupt is on its way out.
@@ -137,6 +140,7 @@ class Producer(Closing):
         run: str | None = None,
         context: zmq.Context[Any] | None = None,
         curve: CurveClient | None = None,
+        limits: FrameLimits = DEFAULT_FRAME_LIMITS,
     ) -> None:
         if encoding not in ENCODINGS:
             raise ValueError(f"encoding must be one of {list(ENCODINGS)}, got {encoding!r}")
@@ -158,7 +162,7 @@ class Producer(Closing):
         except (FrameError, TypeError) as exc:
             raise ValueError(f"source {source!r:.80}: {_why(exc)}") from None
         self.send_timeout_s, self.close_timeout_s = send_timeout_s, close_timeout_s
-        self._quality = quality
+        self._quality, self._limits = quality, limits
         self._seq = self._bytes = 0
         self._first_ns = self._last_ns = 0
         self._first_frame_ns = self._last_frame_ns = 0
@@ -204,8 +208,9 @@ class Producer(Closing):
             SendTimeoutError: no daemon took the message within ``send_timeout_s``.
             ClientError: the image is empty or cannot be encoded, the frame is one the daemon
                 would refuse (a ``ts`` that is no number, a ``meta`` that is no JSON object,
-                a ``raw`` array of a dtype or shape it does not take; the message is the
-                daemon's), or the producer is closed. Nothing is sent then.
+                a ``raw`` array of a dtype or shape it does not take, an image or message
+                over ``limits``; the message is the daemon's), or the producer is closed.
+                Nothing is sent then.
         """
         self._check_open()
         payload = _encode(image, self.encoding, self._quality)
@@ -224,8 +229,8 @@ class Producer(Closing):
         self, payload: bytes | np.ndarray, ts: float, meta: dict[str, Any] | None
     ) -> list[bytes | memoryview]:
         """The parts of the next frame, checked by the daemon's own rules: its header
-        (:func:`~streamer.transport.protocol.parse_header`) and a ``raw`` array's fields
-        (:func:`~streamer.vision.decode.check_payload`, without size limits).
+        (:func:`~streamer.transport.protocol.parse_header`), then its size and a ``raw``
+        array's fields (:meth:`FrameLimits.check`).
 
         Raises:
             ClientError: the daemon would refuse the frame.
@@ -241,8 +246,7 @@ class Producer(Closing):
                 run=self.run,
             )
             header = parse_header(parts[0])
-            if self.encoding == "raw":
-                check_payload("raw", parts[1], header.fields, _NO_LIMITS)
+            self._limits.check(self.encoding, parts, header.fields)
         except (FrameError, TypeError) as exc:
             raise ClientError(f"the daemon would refuse frame {self._seq}: {_why(exc)}") from None
         return parts
@@ -373,9 +377,6 @@ class Producer(Closing):
 
 
 _SEND_SLICE_S = 0.1
-_NO_LIMITS = DecodeLimits(max_width=2**62, max_height=2**62, max_pixels=2**62)
-"""The daemon's size limits are its own configuration: a frame over them gets an error
-result (``too_large``), it is not a malformed message."""
 
 
 def _why(exc: FrameError | TypeError) -> str:
@@ -433,6 +434,7 @@ def produce(
     on_sent: Callable[[int], None] | None = None,
     context: zmq.Context[Any] | None = None,
     curve: CurveClient | None = None,
+    limits: FrameLimits = DEFAULT_FRAME_LIMITS,
 ) -> ProducerStats:
     """Send every frame of ``media`` to a daemon, then end-of-stream.
 
@@ -451,7 +453,7 @@ def produce(
         fps: frames per second (paced by :class:`Pacer`); None or 0 sends as fast as possible.
         limit: stop after this many frames; None for no limit.
         loop: passes over the input, 0 for endless (a single image is sent ``loop`` times).
-        encoding, quality, send_timeout_s, close_timeout_s, context, curve: as for
+        encoding, quality, send_timeout_s, close_timeout_s, context, curve, limits: as for
             :class:`Producer`.
         meta: a JSON object sent with every frame and echoed back in its result; frames
             read from image files also carry ``"file"``, the file's name.
@@ -462,9 +464,12 @@ def produce(
         The frames, bytes and seconds sent.
 
     Raises:
-        AssetError: ``media`` names no existing path and no fetched media.
-        ClientError: the run ended short: a frame could not be read (the message names the
-            file, or the video) or sent as it is, a send timed out (whether a daemon is
+        AssetError: ``media`` is a media name not fetched yet.
+        ClientError: ``media`` names no existing path and no media, before anything
+            connects; or the run ended short: a frame could not be read (the message names the
+            file, or the video; a video is also short when its frames end before the count
+            its container announces, see :meth:`MediaInput.frames`) or sent as it is (the
+            daemon would refuse it), a send timed out (whether a daemon is
             connected, see :class:`SendTimeoutError`), or frames or the end-of-stream were
             still queued ``close_timeout_s`` after the last send and were discarded. The
             message then counts the frames sent, says from which ``seq`` on none were,
@@ -487,6 +492,7 @@ def produce(
         close_timeout_s=close_timeout_s,
         context=context,
         curve=curve,
+        limits=limits,
     ) as producer:
         stopped = _send_frames(producer, frames, pacer, meta, on_sent)
         eos_failure = _end_stream(producer, stopped)
@@ -557,6 +563,8 @@ def _shortfall(
         told += "; all of them left" + (
             " and so did the end of stream" if eos_failure is None else ""
         )
+    elif _connected(failure) and eos_failure is None:
+        told += "; the end of stream was sent"
     if eos_failure is not None:
         told += "; the end of stream was not sent"
     if failure is None:

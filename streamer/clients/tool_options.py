@@ -1,20 +1,33 @@
-"""Options the client tools share (``tools/produce.py``, ``tools/subscribe.py``): CURVE keys,
-and finite-number and endpoint checks."""
+"""What the client tools share (``tools/produce.py``, ``tools/subscribe.py``): CURVE keys,
+finite-number and endpoint checks, and SIGTERM taken as Ctrl-C."""
 
 from __future__ import annotations
 
 import math
 import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from types import FrameType
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from streamer.errors import ClientError
 from streamer.transport.security import CurveClient
 
-__all__ = ["curve_client", "curve_options", "finite", "zmq_endpoint"]
+__all__ = [
+    "MAX_WAIT_S",
+    "curve_client",
+    "curve_options",
+    "finite",
+    "sigterm_as_ctrl_c",
+    "zmq_endpoint",
+]
+
+MAX_WAIT_S = 86_400.0
+"""The longest timeout a tool option takes (s): a day. Far longer ones overflowed a wait
+(ZeroMQ's poll, a thread's wait): a traceback instead of a usage error."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,3 +90,15 @@ def finite(_ctx: click.Context, _param: click.Parameter, value: float | None) ->
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"must be a finite number, got {value}")
     return value
+
+
+def sigterm_as_ctrl_c() -> None:
+    """Make SIGTERM stop the tool as Ctrl-C does: it raises KeyboardInterrupt in the main
+    thread (a service manager's stop then ends a run as an operator's Ctrl-C would).
+    Call it from the main thread."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> NoReturn:
+    """SIGTERM's handler: stop as Ctrl-C does."""
+    raise KeyboardInterrupt

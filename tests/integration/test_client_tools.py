@@ -118,10 +118,12 @@ def test_subscribe_tool_checks_the_video_to_annotate_before_opening_any_file(
     ],
 )
 def test_the_tools_refuse_a_value_that_is_not_finite(options: list[str]) -> None:
-    """NaN and infinity passed click's ranges: tracebacks, or a run that never idles out."""
+    """NaN and infinity passed click's ranges: tracebacks, or a run that never idles out.
+    (A range with a maximum refuses infinity itself.)"""
     run = _run([*options, "--endpoint", f"tcp://127.0.0.1:{free_port()}"])
     assert run.returncode == 2, run.stderr[-2000:]
-    assert "must be a finite number" in run.stderr and "Traceback" not in run.stderr
+    refused = ("must be a finite number", "inf is not in the range")
+    assert any(why in run.stderr for why in refused) and "Traceback" not in run.stderr
 
 
 def test_produce_tool_refuses_an_empty_source() -> None:
@@ -169,3 +171,125 @@ def test_the_tools_refuse_a_malformed_endpoint_as_a_usage_error(
     run = _run([*tool, "--endpoint", endpoint])
     assert run.returncode == 2, run.stderr[-2000:]
     assert f"Invalid value for '--endpoint': {endpoint!r} is not a ZeroMQ endpoint" in run.stderr
+
+
+@pytest.fixture
+def pull() -> Iterator[zmq.Socket[Any]]:
+    """A PULL socket bound to a random loopback port, in a context of its own."""
+    context: zmq.Context[Any] = zmq.Context()
+    socket = context.socket(zmq.PULL)
+    socket.bind("tcp://127.0.0.1:*")
+    yield socket
+    socket.close(linger=0)
+    context.term()
+
+
+def _headers_to_eos(pull: zmq.Socket[Any]) -> list[dict[str, Any]]:
+    """The headers of the messages ``pull`` receives, up to and including an end of stream."""
+    headers: list[dict[str, Any]] = []
+    while not headers or not headers[-1].get("eos"):
+        assert pull.poll(60_000), f"no end of stream after {len(headers)} messages"
+        headers.append(json.loads(pull.recv_multipart()[0]))
+    return headers
+
+
+def test_produce_tool_fails_a_truncated_video(
+    pull: zmq.Socket[Any], tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """carphone.mp4 with the second half of its video data zeroed: 57 or so of its 120
+    frames were sent and reported as ``sent 57 frames``, exit 0."""
+    data = bytearray(assets["carphone.mp4"].read_bytes())
+    start = data.index(b"mdat") + 4
+    end = start - 8 + int.from_bytes(data[start - 8 : start - 4], "big")  # its box size
+    data[(start + end) // 2 : end] = bytes(end - (start + end) // 2)
+    (tmp_path / "carphone.mp4").write_bytes(data)
+    endpoint = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+    run = _run([*PRODUCE, str(tmp_path / "carphone.mp4"), "--endpoint", endpoint])
+    *frames, eos = _headers_to_eos(pull)
+    assert run.returncode == 1, run.stderr[-2000:]
+    sent = len(frames)
+    assert 0 < sent < 118 and eos["seq"] == sent - 1
+    assert (
+        f"Error: {tmp_path / 'carphone.mp4'}: read {sent} of the 120 frames its container "
+        f"announces: the video is truncated or corrupt; sent {sent} frame(s), none from seq "
+        f"{sent} on; all of them left and so did the end of stream"
+    ) in run.stderr
+
+
+def test_produce_tool_refuses_a_video_it_cannot_open_once(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """carphone.mp4 cut to 250 kB, its index lost: OpenCV's ``moov atom not found`` came
+    twice (the video was opened to count, then to read), then the run failed after
+    connecting. Now it is a usage error, as for subscribe.py's --annotate."""
+    (tmp_path / "cut.mp4").write_bytes(assets["carphone.mp4"].read_bytes()[:250_000])
+    command = [*PRODUCE, str(tmp_path / "cut.mp4"), "--send-timeout", "0.2"]
+    run = _run([*command, "--endpoint", f"tcp://127.0.0.1:{free_port()}"])
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert f"Invalid value for 'INPUT': cannot open video or camera '{tmp_path}" in run.stderr
+    assert run.stderr.count("moov atom not found") <= 1
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        ([*PRODUCE, "/nonexistent/file.mp4"], "INPUT"),
+        ([*SUBSCRIBE, "--annotate", "/nonexistent/file.mp4", "--out", "/tmp/a.mp4"], "--annotate"),
+    ],
+)
+def test_the_tools_say_a_missing_file_does_not_exist(command: list[str], option: str) -> None:
+    """Both said ``unknown media '/nonexistent/file.mp4'``, produce.py with exit 1."""
+    run = _run([*command, "--endpoint", f"tcp://127.0.0.1:{free_port()}"])
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert (
+        f"Invalid value for '{option}': '/nonexistent/file.mp4' does not exist: no such file"
+    ) in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ([*PRODUCE, "astronaut.png", "--fps", "1e-300"], "must be 0 or at least 0.001"),
+        ([*PRODUCE, "astronaut.png", "--fps", "1e-10"], "must be 0 or at least 0.001"),
+        ([*PRODUCE, "astronaut.png", "--send-timeout", "1e300"], "0<x<=86400.0"),
+        ([*PRODUCE, "astronaut.png", "--close-timeout", "1e300"], "0<x<=86400.0"),
+        ([*SUBSCRIBE, "--idle-timeout", "1e300"], "0<=x<=86400.0"),
+    ],
+)
+def test_the_tools_refuse_an_extreme_number(options: list[str], message: str) -> None:
+    """Finite but extreme, they overflowed a sleep or a poll: tracebacks, and for
+    ``--fps 1e-10`` one frame sent with no end of stream."""
+    run = _run([*options, "--endpoint", f"tcp://127.0.0.1:{free_port()}"])
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_produce_tool_refuses_a_frame_over_the_default_limits_unless_told(
+    pull: zmq.Socket[Any], tmp_path: Path
+) -> None:
+    """A 9000-pixel-wide image went to the daemon, to fail there as too_large."""
+    cv2.imwrite(str(tmp_path / "wide.png"), np.zeros((10, 9000, 3), np.uint8))
+    command = [*PRODUCE, str(tmp_path / "wide.png"), "--no-progress"]
+    command += ["--endpoint", pull.getsockopt_string(zmq.LAST_ENDPOINT)]
+    refused = _run(command)
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    assert "the daemon would refuse frame 0: too_large: image is 9000x10" in refused.stderr
+    assert [h["eos"] for h in _headers_to_eos(pull)] == [True]
+    sent = _run([*command, "--no-size-limits"])
+    assert sent.returncode == 0, sent.stderr[-2000:]
+    assert len(_headers_to_eos(pull)) == 2
+
+
+def test_produce_tool_on_sigterm_ends_as_on_ctrl_c(pull: zmq.Socket[Any]) -> None:
+    """SIGTERM killed it, with no end of stream; now it ends the stream as Ctrl-C does."""
+    command = [*PRODUCE, "astronaut.png", "--loop", "0", "--fps", "20", "--no-progress"]
+    command += ["--endpoint", pull.getsockopt_string(zmq.LAST_ENDPOINT)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as tool:
+        for _ in range(3):  # it is sending
+            assert pull.poll(60_000), "the tool sent nothing"
+            pull.recv_multipart()
+        tool.send_signal(signal.SIGTERM)
+        _, err = tool.communicate(timeout=60)
+        eos = _headers_to_eos(pull)[-1]
+    assert tool.returncode == 1, err.decode()[-2000:]
+    assert b"Aborted!" in err and eos["eos"] and eos["seq"] >= 1

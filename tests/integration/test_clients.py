@@ -23,8 +23,10 @@ from zmq.utils.garbage import GarbageCollectorThread
 
 from streamer.bench.bench_config import free_port
 from streamer.clients import (
+    DEFAULT_FRAME_LIMITS,
     Annotator,
     ClientError,
+    FrameLimits,
     MediaInput,
     Producer,
     Subscriber,
@@ -33,7 +35,7 @@ from streamer.clients import (
     produce,
     result_line,
 )
-from streamer.errors import AssetError
+from streamer.config import IngressConfig
 from streamer.transport.protocol import Header, parse_header
 
 Context = zmq.Context[Any]
@@ -360,8 +362,70 @@ def test_open_input_resolves_every_kind(tmp_path: Path, assets: dict[str, Path])
     assert open_input(tmp_path) == MediaInput("folder", path=tmp_path)
     assert open_input("0") == open_input(0) == MediaInput("camera", camera=0)
     assert open_input(0).name == "camera0"
-    with pytest.raises(AssetError, match="unknown media"):
-        open_input("no-such-input.mp4")
+
+
+@pytest.mark.parametrize("spec", ["no-such-input.mp4", "/nonexistent/file.mp4"])
+def test_open_input_says_a_missing_file_does_not_exist(spec: str) -> None:
+    """It said ``unknown media '/nonexistent/file.mp4'``: a file that does not exist."""
+    with pytest.raises(ClientError, match=f"^{re.escape(repr(spec))} does not exist: no such"):
+        open_input(spec)
+
+
+def test_a_folder_named_like_an_image_is_no_frame(
+    context: Context, sockets: list[Socket], tmp_path: Path, astronaut: np.ndarray
+) -> None:
+    """``dir/sub.png``, a folder, was taken as an image: ``cannot read image``."""
+    cv2.imwrite(str(tmp_path / "a.png"), astronaut[:16, :16])
+    (tmp_path / "sub.png").mkdir()
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    media = open_input(tmp_path)
+    assert media.frame_count() == produce(media, endpoint, context=context).frames == 1
+    assert [header.meta for header, _ in _drain(pull)[:-1]] == [{"file": "a.png"}]
+
+
+def _mjpeg_video(path: Path, frames: int, corrupt_last: int) -> None:
+    """A ``frames``-frame MJPEG AVI (its index announces them all) whose last
+    ``corrupt_last`` frames are zeroed: OpenCV's reading stops at the first of them."""
+    noise = np.random.default_rng(0).integers(0, 255, (frames, 48, 64, 3), dtype=np.uint8)
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, (64, 48))
+    for image in noise:
+        writer.write(image)
+    writer.release()
+    data = bytearray(path.read_bytes())
+    starts = [m.start() for m in re.finditer(b"\xff\xd8\xff", data)]  # JPEG SOI
+    assert len(starts) == frames
+    for start in starts[len(starts) - corrupt_last :]:
+        data[start : start + 600] = bytes(600)
+    path.write_bytes(data)
+
+
+def test_produce_ends_the_run_at_a_truncated_video(
+    context: Context, sockets: list[Socket], tmp_path: Path
+) -> None:
+    """A video whose frames stop before the count its container announces was sent in part
+    and reported as a success; now the run ends as at an unreadable image, end of stream
+    sent."""
+    _mjpeg_video(tmp_path / "v.avi", frames=10, corrupt_last=3)
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    with pytest.raises(ClientError) as info:
+        produce(tmp_path / "v.avi", endpoint, context=context)
+    *frames, (eos, _) = _drain(pull)
+    assert len(frames) == 7 and eos.eos and eos.seq == 6
+    assert str(info.value) == (
+        f"{tmp_path / 'v.avi'}: read 7 of the 10 frames its container announces: the video "
+        "is truncated or corrupt; sent 7 frame(s), none from seq 7 on; all of them left and "
+        "so did the end of stream"
+    )
+
+
+def test_produce_takes_a_video_two_frames_short_as_complete(
+    context: Context, sockets: list[Socket], tmp_path: Path
+) -> None:
+    """Real files often end a frame or two short of their container's count."""
+    _mjpeg_video(tmp_path / "v.avi", frames=10, corrupt_last=2)
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    assert produce(tmp_path / "v.avi", endpoint, loop=2, context=context).frames == 16
+    assert len(_drain(pull)) == 17
 
 
 # --- subscriber ---------------------------------------------------------------------------
@@ -692,11 +756,70 @@ def test_producer_refuses_a_frame_the_daemon_would_refuse(
     pull, endpoint = _bind(context, zmq.PULL, sockets)
     with Producer(endpoint, source="cam", encoding="raw", context=context) as producer:
         image = send.pop("image", np.zeros((4, 4, 3), np.uint8))
-        with pytest.raises(ClientError, match=f"^the daemon would refuse frame 0: {message}"):
+        with pytest.raises(
+            ClientError, match=f"^the daemon would refuse frame 0: {re.escape(message)}"
+        ):
             producer.send(image, **send)
         producer.send_eos()
     ((eos, _),) = _drain(pull)
     assert eos.eos and producer.stats.frames == 0
+
+
+def test_the_frame_limits_are_the_daemons_defaults() -> None:
+    """They are read from the config model, so they follow the daemon's defaults."""
+    ingress = IngressConfig(uri="pull+bind:tcp://127.0.0.1:5555")
+    limits = (ingress.max_width_px, ingress.max_height_px, ingress.max_pixels)
+    assert FrameLimits(*limits, ingress.max_message_bytes) == DEFAULT_FRAME_LIMITS
+
+
+@pytest.mark.parametrize(
+    ("encoding", "image", "message"),
+    [
+        ("jpeg", np.zeros((10, 9000, 3), np.uint8), "too_large: image is 9000x10 (90000 pixels)"),
+        (
+            "raw",
+            np.zeros((4800, 4800, 3), np.uint8),
+            "too_large: a part of its message is 69120000 bytes, over max_message_bytes 67108864",
+        ),
+    ],
+)
+def test_producer_refuses_a_frame_over_the_daemons_default_limits(
+    context: Context, sockets: list[Socket], encoding: str, image: np.ndarray, message: str
+) -> None:
+    """Frames were checked with no size limits: a wide one was sent for the daemon to fail
+    it as too_large, and a raw one over its 64 MiB message limit was dropped with the
+    connection, then blamed on a slow daemon. Given no limits, the wide one is sent."""
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    with Producer(endpoint, source="cam", encoding=encoding, context=context) as producer:
+        with pytest.raises(
+            ClientError, match=f"^the daemon would refuse frame 0: {re.escape(message)}"
+        ):
+            producer.send(image)
+        producer.send_eos()
+    ((eos, _),) = _drain(pull)
+    assert eos.eos and producer.stats.frames == 0
+    if encoding == "jpeg":
+        with Producer(
+            endpoint, source="cam", limits=FrameLimits.unlimited(), context=context
+        ) as producer:
+            producer.send(image)
+        assert len(_drain_frames(pull, 1)) == 1
+
+
+def test_produce_says_the_end_of_stream_was_sent_after_no_frame(
+    context: Context, sockets: list[Socket], tmp_path: Path
+) -> None:
+    """An empty x.jpg: ``sent 0 frame(s), none from seq 0 on`` said nothing of the end of
+    stream, which was sent."""
+    (tmp_path / "x.jpg").touch()
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    with pytest.raises(ClientError) as info:
+        produce(tmp_path / "x.jpg", endpoint, context=context)
+    ((eos, _),) = _drain(pull)
+    assert eos.eos and str(info.value) == (
+        f"cannot read image {tmp_path / 'x.jpg'}; sent 0 frame(s), none from seq 0 on; the end "
+        "of stream was sent"
+    )
 
 
 @pytest.mark.parametrize(
@@ -725,8 +848,8 @@ def test_produce_refuses_an_empty_source_and_a_nan_fps(context: Context) -> None
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     with pytest.raises(ValueError, match="`source` must be a non-empty string"):
         produce("astronaut.png", endpoint, source="", context=context)
-    for fps in (math.nan, math.inf):
-        with pytest.raises(ValueError, match="fps must be finite and >= 0"):
+    for fps in (math.nan, math.inf, -1.0, 1e-10, 1e-300):
+        with pytest.raises(ValueError, match="fps must be finite and 0 or >= 0.001"):
             produce("astronaut.png", endpoint, fps=fps, context=context)
 
 
