@@ -22,6 +22,7 @@ from streamer.bench.daemon_run import DaemonDetail
 from streamer.bench.frameset import FrameSet
 from streamer.bench.harness import Measured
 from streamer.bench.modes import DAEMON, PROFILED, daemon_mode
+from streamer.bench.pace import limit_at_pace
 from streamer.bench.report import BenchReport, InputReport
 from streamer.bench.targets import (
     BatchSizeFinding,
@@ -96,12 +97,16 @@ def _input_report(data: Measurements, name: str, frames: FrameSet) -> InputRepor
     }
     limit = find_limit(components, data.cores)
     ceiling = _ceiling(components, limit, details.get(DAEMON))
+    daemon_rounds = [r[name][DAEMON] for r in data.rounds]
+    at_pace = limit_at_pace(limit, components, [(m.result.fps, m.pace) for m in daemon_rounds])
     primary = data.max_sizes[0]
     rows = _rows_per_run(data) or 0
-    targets = input_targets(name, runs, limit, components, primary, data.max_delay_ms, rows)
+    targets = input_targets(
+        name, runs, limit, components, primary, data.max_delay_ms, rows, at_pace
+    )
     return InputReport(
         name, frames.encoding, frames.width, frames.height, round(frames.mean_bytes(), 1),
-        components, limit, runs, details, targets, ceiling,
+        components, limit, runs, details, targets, ceiling, at_pace,
     )  # fmt: skip
 
 

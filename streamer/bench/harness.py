@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from streamer.bench.bench_config import Ports, free_port
 from streamer.bench.child import Stoppable, stop_all
 from streamer.bench.components import Components
@@ -29,6 +31,7 @@ from streamer.bench.modes import (
     SERIAL,
 )
 from streamer.bench.naive import NaiveReceiver, run_naive_sender
+from streamer.bench.pace import Pace, time_pace
 from streamer.bench.serial import run_serial
 from streamer.bench.stats import RunResult
 from streamer.bench.work import FrameWork
@@ -46,10 +49,12 @@ Progress = Callable[[str, int], None]
 
 @dataclass(frozen=True)
 class Measured:
-    """One run of one mode: its result, and for the daemon its details."""
+    """One run of one mode: its result; for the daemon its details, and for the primary
+    daemon's full-load run the pace of the machine around it (:mod:`.pace`)."""
 
     result: RunResult
     detail: DaemonDetail | None = None
+    pace: Pace | None = None
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,8 @@ class Harness:
             NAIVE: self._measured(NAIVE, name, self._receiver_pids(), self._naive(path)),
         }
         for daemon, mode in zip(self.daemons, self._modes, strict=True):
-            runs[mode] = self._daemon_run(daemon, Load(mode, 1, self._count), name, components)
+            load = Load(mode, 1, self._count)
+            runs[mode] = self._daemon_run(daemon, load, name, components, paced=mode == DAEMON)
         primary = self.daemons[0]
         best = self._best_fps[name] = max(self._best_fps.get(name, 0.0), runs[DAEMON].result.fps)
         half = Load(HALF_RATE, 1, self._count, round(best / 2, 1))
@@ -176,14 +182,29 @@ class Harness:
         name: str,
         components: Components,
         profile_path: Path | None = None,
+        paced: bool = False,
     ) -> Measured:
+        """One daemon run; ``paced``: with inference alone timed just before and after it,
+        at the round's cheapest batch size (:mod:`.pace`)."""
         frames, path = self.frames[name]
         self.settle(f"{name}: {load.mode}")
+        batch = self._model_inputs(name, components.best_batch_size()) if paced else None
+        pace_before = time_pace(self.work, batch) if batch is not None else 0.0
         before = CpuSnapshot.take([daemon.pid])
         result, detail = daemon.run(load, frames, path, components, profile_path)
         after = CpuSnapshot.take([daemon.pid])
+        pace = None
+        if batch is not None:
+            pace = Pace(len(batch), pace_before, time_pace(self.work, batch))
         self._progress(f"{name}: {load.mode}", load.count)
-        return Measured(replace(result, others_cores=others_cores(before, after)), detail)
+        result = replace(result, others_cores=others_cores(before, after))
+        return Measured(result, detail, pace)
+
+    def _model_inputs(self, name: str, batch_size: int) -> np.ndarray:
+        """A batch of ``batch_size`` of the input's frames, decoded and preprocessed."""
+        frames, _ = self.frames[name]
+        images = [self.work.decode(*frames.decode_args(i)) for i in range(batch_size)]
+        return np.stack([self.work.preprocess(image)[0] for image in images])
 
     def settle(self, what: str) -> None:
         """Announce ``what`` runs next, once the machine is quiet (or ``settle_s`` passed)."""

@@ -13,6 +13,7 @@ from streamer.bench.ceiling import Ceiling
 from streamer.bench.components import Components, Limit, mean_run_rows
 from streamer.bench.daemon_run import DaemonDetail
 from streamer.bench.modes import DAEMON, DEVICE_SIDE, PROFILED
+from streamer.bench.pace import LimitAtPace
 from streamer.bench.profile import Profile
 from streamer.bench.stages import StageReport
 from streamer.bench.stats import RunResult
@@ -35,6 +36,8 @@ class InputReport:
         targets: the per-input targets.
         ceiling: what a daemon with no overhead could reach beside the daemon run's
             producer and subscriber (:mod:`.ceiling`); None where not measured.
+        limit_at_pace: each round's daemon run against the limit at its pace
+            (:mod:`.pace`); None where not measured.
     """
 
     name: str
@@ -48,6 +51,7 @@ class InputReport:
     daemon: dict[str, DaemonDetail]
     targets: list[Target]
     ceiling: Ceiling | None = None
+    limit_at_pace: LimitAtPace | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ def format_report(report: BenchReport) -> str:
             lines += ["", *_stages(stages.stages)]
         if item.ceiling is not None:
             lines += _ceiling(item.ceiling, item.runs[DAEMON].fps)
+        if item.limit_at_pace is not None:
+            lines += _at_pace(item.limit_at_pace)
         device = item.daemon.get(DEVICE_SIDE)
         if stages is not None and device is not None:
             lines.append(_host_cpu(stages.stages, device.stages))
@@ -198,6 +204,19 @@ def _ceiling(ceiling: Ceiling, daemon_fps: float) -> list[str]:
         f"  and the producer ({ceiling.producer_cpu_ms:.3f} ms/frame) and subscriber "
         f"({ceiling.subscriber_cpu_ms:.3f}) on the same cores; the daemon reached "
         f"{daemon_fps / ceiling.fps:.2f} of it",
+    ]
+
+
+def _at_pace(at_pace: LimitAtPace) -> list[str]:
+    best = at_pace.best
+    rounds = ", ".join(
+        f"{run.daemon_fps:.0f} / {run.limit_fps:.0f} = {run.ratio:.2f}" for run in at_pace.runs
+    )
+    return [
+        f"  limit at the daemon run's pace: inference alone at batch {best.pace.batch_size} "
+        f"took {best.pace.before_ms:.3f} ms/frame before the best run and "
+        f"{best.pace.after_ms:.3f} after ({best.slowdown:.2f} x its cheapest),",
+        f"  so the limit then was {best.limit_fps:.1f} frames/s; daemon / it by round: {rounds}",
     ]
 
 

@@ -73,6 +73,20 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
         for report_stages in (stages, device_side):  # None without py-spy to name threads
             assert report_stages["host_cpu_ms"] is None or report_stages["host_cpu_ms"] > 0
         assert {t["name"] for t in item["targets"]} >= {"daemon / limit", "daemon / naive"}
+        at_pace = item["limit_at_pace"]  # a run per round, each timed before and after
+        assert len(at_pace["runs"]) == 2 and at_pace["best"] in at_pace["runs"]
+        for paced, fps in zip(at_pace["runs"], item["runs"]["daemon"]["rounds_fps"], strict=True):
+            pace = paced["pace"]
+            assert pace["before_ms"] > 0 and pace["after_ms"] > 0 and paced["daemon_fps"] == fps
+            cheapest = item["components"]["inference"][str(pace["batch_size"])]["cpu_ms"]
+            slowdown = max(1.0, (pace["before_ms"] + pace["after_ms"]) / 2 / cheapest)
+            assert paced["slowdown"] == pytest.approx(slowdown, abs=1e-3)
+            assert paced["limit_fps"] <= item["limit"]["fps"]
+            assert paced["ratio"] == pytest.approx(fps / paced["limit_fps"], rel=1e-3)
+        target = {t["name"]: t for t in item["targets"]}["daemon / limit at its pace"]
+        assert (
+            target["value"] == at_pace["best"]["ratio"] == max(r["ratio"] for r in at_pace["runs"])
+        )
     assert report["targets"] and report["max_size"]["fastest"] in (1, 2, 4, 8, 16)
     assert any(t["name"].startswith("config rows_per_run 2: ") for t in report["targets"])
     batches = [i["daemon"]["daemon"]["stages"]["mean_batch_size"] for i in report["inputs"]]
@@ -82,6 +96,7 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
     assert "others  idle" in done.stdout  # the table's last two columns
     assert "host CPU per frame" in done.stdout
     assert done.stdout.count("ceiling here: ") == 2
+    assert done.stdout.count("limit at the daemon run's pace: ") == 2
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "no plot will be drawn" not in done.stdout
 
