@@ -25,15 +25,20 @@ PRODUCE = [sys.executable, str(ROOT / "tools" / "produce.py")]
 KEYGEN = [sys.executable, str(ROOT / "tools" / "keygen.py")]
 
 
-@pytest.fixture
-def xpub() -> Iterator[zmq.Socket[Any]]:
-    """A publisher bound to a random loopback port, in a context of its own."""
+def _bound(kind: int) -> Iterator[zmq.Socket[Any]]:
+    """A socket of ``kind`` bound to a random loopback port, in a context of its own."""
     context: zmq.Context[Any] = zmq.Context()
-    socket = context.socket(zmq.XPUB)
+    socket = context.socket(kind)
     socket.bind("tcp://127.0.0.1:*")
     yield socket
     socket.close(linger=0)
     context.term()
+
+
+@pytest.fixture
+def xpub() -> Iterator[zmq.Socket[Any]]:
+    """A publisher, as a subscriber's daemon."""
+    yield from _bound(zmq.XPUB)
 
 
 def _result(seq: int) -> list[bytes]:
@@ -175,13 +180,8 @@ def test_the_tools_refuse_a_malformed_endpoint_as_a_usage_error(
 
 @pytest.fixture
 def pull() -> Iterator[zmq.Socket[Any]]:
-    """A PULL socket bound to a random loopback port, in a context of its own."""
-    context: zmq.Context[Any] = zmq.Context()
-    socket = context.socket(zmq.PULL)
-    socket.bind("tcp://127.0.0.1:*")
-    yield socket
-    socket.close(linger=0)
-    context.term()
+    """A PULL socket, as a producer's daemon."""
+    yield from _bound(zmq.PULL)
 
 
 def _headers_to_eos(pull: zmq.Socket[Any]) -> list[dict[str, Any]]:
