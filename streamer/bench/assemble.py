@@ -98,7 +98,7 @@ def _input_report(data: Measurements, name: str, frames: FrameSet) -> InputRepor
     limit = find_limit(components, data.cores)
     ceiling = _ceiling(components, limit, details.get(DAEMON))
     daemon_rounds = [r[name][DAEMON] for r in data.rounds]
-    at_pace = limit_at_pace(limit, components, [(m.result.fps, m.pace) for m in daemon_rounds])
+    at_pace = limit_at_pace(limit.cores, [(m.result.fps, m.pace) for m in daemon_rounds])
     primary = data.max_sizes[0]
     rows = _rows_per_run(data) or 0
     targets = input_targets(

@@ -9,7 +9,7 @@ one mode rather than a whole mode; each run records the CPU other processes used
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,8 +17,9 @@ import numpy as np
 
 from streamer.bench.bench_config import Ports, free_port
 from streamer.bench.child import Stoppable, stop_all
-from streamer.bench.components import Components
+from streamer.bench.components import Components, measure_components
 from streamer.bench.daemon_run import DaemonDetail, DaemonUnderTest, Load
+from streamer.bench.deferred_signals import signals_deferred
 from streamer.bench.frameset import FrameSet
 from streamer.bench.machine import CpuSnapshot, others_cores, wait_until_quiet
 from streamer.bench.modes import (
@@ -97,6 +98,7 @@ class Harness:
         self.frames, self._count, self._progress = frames, count, progress
         self._settle_s = settle_s
         self._best_fps: dict[str, float] = {}
+        self._components_pace: dict[str, float] = {}  # input → ms, the round's (see .pace)
         self._modes = [plan.mode for plan in daemons]
         self.daemons: list[DaemonUnderTest] = []
         self.work = FrameWork(config)
@@ -128,12 +130,13 @@ class Harness:
         Raises:
             StreamerError: a child's log could not be written (all are stopped).
         """
-        children: list[Stoppable] = [*self.daemons, *self._receivers()]
-        self.daemons, self.receiver = [], None
-        try:
-            stop_all(children)
-        finally:
-            self.work.close()
+        with signals_deferred():  # from the moment the children leave these lists
+            children: list[Stoppable] = [*self.daemons, *self._receivers()]
+            self.daemons, self.receiver = [], None
+            try:
+                stop_all(children)
+            finally:
+                self.work.close()
 
     def run_round(self, components: dict[str, Components]) -> dict[str, dict[str, Measured]]:
         """Every mode once on every input: input name → mode → its run.
@@ -185,17 +188,26 @@ class Harness:
         paced: bool = False,
     ) -> Measured:
         """One daemon run; ``paced``: with inference alone timed just before and after it,
-        at the round's cheapest batch size (:mod:`.pace`)."""
+        as right after the round's ``components`` (:meth:`measure_components`, :mod:`.pace`)."""
         frames, path = self.frames[name]
         self.settle(f"{name}: {load.mode}")
-        batch = self._model_inputs(name, components.best_batch_size()) if paced else None
+        size = components.best_batch_size()
+        batch = self._model_inputs(name, size) if paced else None
         pace_before = time_pace(self.work, batch) if batch is not None else 0.0
         before = CpuSnapshot.take([daemon.pid])
         result, detail = daemon.run(load, frames, path, components, profile_path)
         after = CpuSnapshot.take([daemon.pid])
         pace = None
         if batch is not None:
-            pace = Pace(len(batch), pace_before, time_pace(self.work, batch))
+            pace_after = time_pace(self.work, batch)
+            pace = Pace(
+                size,
+                self._components_pace[name],
+                pace_before,
+                pace_after,
+                limit_cpu_ms=components.cpu_ms_per_frame(size),
+                inference_ms=components.inference[size].cpu_ms,
+            )
         self._progress(f"{name}: {load.mode}", load.count)
         result = replace(result, others_cores=others_cores(before, after))
         return Measured(result, detail, pace)
@@ -205,6 +217,18 @@ class Harness:
         frames, _ = self.frames[name]
         images = [self.work.decode(*frames.decode_args(i)) for i in range(batch_size)]
         return np.stack([self.work.preprocess(image)[0] for image in images])
+
+    def measure_components(
+        self, name: str, batch_sizes: Sequence[int], on_progress: Callable[[int], None]
+    ) -> Components:
+        """The steps alone on ``name``'s frames (:func:`measure_components`), then inference
+        alone at their cheapest batch size timed as around the round's daemon run
+        (:func:`time_pace`), which that run's pace is compared with."""
+        frames, _ = self.frames[name]
+        components = measure_components(self.work, frames, self._count, batch_sizes, on_progress)
+        batch = self._model_inputs(name, components.best_batch_size())
+        self._components_pace[name] = time_pace(self.work, batch)
+        return components
 
     def settle(self, what: str) -> None:
         """Announce ``what`` runs next, once the machine is quiet (or ``settle_s`` passed)."""

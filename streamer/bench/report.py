@@ -208,15 +208,15 @@ def _ceiling(ceiling: Ceiling, daemon_fps: float) -> list[str]:
 
 
 def _at_pace(at_pace: LimitAtPace) -> list[str]:
-    best = at_pace.best
+    best, pace = at_pace.best, at_pace.best.pace
     rounds = ", ".join(
         f"{run.daemon_fps:.0f} / {run.limit_fps:.0f} = {run.ratio:.2f}" for run in at_pace.runs
     )
     return [
-        f"  limit at the daemon run's pace: inference alone at batch {best.pace.batch_size} "
-        f"took {best.pace.before_ms:.3f} ms/frame before the best run and "
-        f"{best.pace.after_ms:.3f} after ({best.slowdown:.2f} x its cheapest),",
-        f"  so the limit then was {best.limit_fps:.1f} frames/s; daemon / it by round: {rounds}",
+        f"  limit at the daemon run's pace: inference alone at batch {pace.batch_size} took "
+        f"{pace.before_ms:.3f} ms/frame before the fastest run and {pace.after_ms:.3f} after, "
+        f"{best.slowdown:.2f} x the {pace.components_ms:.3f} right after its round's components;",
+        f"  its round's limit then: {best.limit_fps:.1f} frames/s; daemon / it by round: {rounds}",
     ]
 
 

@@ -10,8 +10,9 @@ is sampled with py-spy. Everything is written under ``--out``: ``report.json``,
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from tqdm import tqdm
 
 from streamer.bench.assemble import Measurements, assemble, settings
 from streamer.bench.bench_config import Ports, bench_config
-from streamer.bench.components import Components, cpu_cores, measure_components
+from streamer.bench.components import Components, cpu_cores
 from streamer.bench.deferred_signals import signals_deferred
 from streamer.bench.frameset import FrameSet
 from streamer.bench.harness import PROFILE_FRAMES_FACTOR, DaemonPlan, Harness, Measured
@@ -129,15 +130,13 @@ def _plan(options: BenchOptions) -> _Plan:
     check_benchable(base)
     max_sizes = tuple(dict.fromkeys(options.max_sizes)) or (base.models[0].batch.max_size,)
     batch_sizes = tuple(sorted({*BATCH_SIZES, *max_sizes}))
-    try:
+    with _writing_out(options):
         options.out_dir.mkdir(parents=True, exist_ok=True)  # once the config is known to suit
-        configs = [
-            _daemon_config(base, options, m, daemon_mode(m, max_sizes[0]), batch_sizes)
-            for m in max_sizes
-        ]
-        configs.append(_daemon_config(base, options, max_sizes[0], DEVICE_SIDE, batch_sizes))
-    except OSError as exc:
-        raise ConfigError(f"--out {options.out_dir}: {exc.strerror or exc}") from exc
+    configs = [
+        _daemon_config(base, options, m, daemon_mode(m, max_sizes[0]), batch_sizes)
+        for m in max_sizes
+    ]
+    configs.append(_daemon_config(base, options, max_sizes[0], DEVICE_SIDE, batch_sizes))
     daemons = [daemon for daemon, _ in configs]
     return _Plan(base, batch_sizes, daemons, configs[0][1])
 
@@ -157,7 +156,18 @@ def _daemon_config(
         device_side=mode == DEVICE_SIDE,
     )
     path = options.out_dir / f"config-{mode}.toml"
-    return DaemonPlan(path, ports, max_size, mode), write_config(config, path)
+    with _writing_out(options):
+        written = write_config(config, path)
+    return DaemonPlan(path, ports, max_size, mode), written
+
+
+@contextlib.contextmanager
+def _writing_out(options: BenchOptions) -> Iterator[None]:
+    """An OSError of the body (``--out`` cannot be made or written to) as a ConfigError."""
+    try:
+        yield
+    except OSError as exc:
+        raise ConfigError(f"--out {options.out_dir}: {exc.strerror or exc}") from exc
 
 
 def _save_inputs(options: BenchOptions) -> dict[str, tuple[FrameSet, Path]]:
@@ -202,10 +212,7 @@ def _measure(
     try:
         for _ in range(options.rounds):
             components = {
-                name: _components(
-                    harness, name, frame_set, options.frames, plan.batch_sizes, progress
-                )
-                for name, (frame_set, _) in frames.items()
+                name: _components(harness, name, plan.batch_sizes, progress) for name in frames
             }
             rounds.append(harness.run_round(components))
             cheapest = {
@@ -219,18 +226,13 @@ def _measure(
 
 
 def _components(
-    harness: Harness,
-    name: str,
-    frames: FrameSet,
-    count: int,
-    batch_sizes: tuple[int, ...],
-    progress: Progress,
+    harness: Harness, name: str, batch_sizes: tuple[int, ...], progress: Progress
 ) -> Components:
     def done(frames_done: int) -> None:
         progress(f"{name}: components", frames_done)
 
     harness.settle(f"{name}: components")
-    return measure_components(harness.work, frames, count, batch_sizes, done)
+    return harness.measure_components(name, batch_sizes, done)
 
 
 def _measurements(
