@@ -101,9 +101,7 @@ def _input_report(data: Measurements, name: str, frames: FrameSet) -> InputRepor
     at_pace = limit_at_pace(limit.cores, [(m.result.fps, m.pace) for m in daemon_rounds])
     primary = data.max_sizes[0]
     rows = _rows_per_run(data) or 0
-    targets = input_targets(
-        name, runs, limit, components, primary, data.max_delay_ms, rows, at_pace
-    )
+    targets = input_targets(name, runs, limit, components, primary, data.max_delay_ms, rows)
     return InputReport(
         name, frames.encoding, frames.width, frames.height, round(frames.mean_bytes(), 1),
         components, limit, runs, details, targets, ceiling, at_pace,

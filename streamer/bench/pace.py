@@ -18,9 +18,10 @@ inference term scaled by it:
     cores × 1000 ÷ (the round's CPU ms per frame + (slowdown − 1) × its inference ms)
 
 The other steps are taken as they were (scaling them too would charge a JPEG input's
-decoding, most of its work, with inference's drift). The target ``daemon / limit at its
-pace`` judges the round whose run is reported (the fastest, as for ``daemon / limit``);
-``daemon / limit`` is unchanged.
+decoding, most of its work, with inference's drift). It is shown, not judged: on the
+machine above the pace moved by up to a fifth between the components and a run a minute
+later, and by as much between two of its own timings, so it explains the spread of a
+mode's rounds rather than correcting it; the targets stay against the limit (issue 8).
 """
 
 from __future__ import annotations

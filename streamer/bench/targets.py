@@ -1,7 +1,6 @@
 """The targets of issue 8, checked against one benchmark's results.
 
-Per input: daemon >= 0.85 x limit (and x the limit at the daemon run's pace, :mod:`.pace`),
-daemon >= serial, daemon >= 1.2 x naive, p99 latency at
+Per input: daemon >= 0.85 x limit, daemon >= serial, daemon >= 1.2 x naive, p99 latency at
 50 % of the maximum rate <= ``max_delay_ms`` + 3 x one inference at the configured batch size,
 and less than 10 % throughput lost from 1 to 16 sources. Across inputs: the config's
 ``max_size`` is the fastest one measured, or within :data:`TIE` of it (a smaller difference
@@ -16,11 +15,9 @@ from dataclasses import dataclass
 
 from streamer.bench.components import Components, Limit
 from streamer.bench.modes import DAEMON, HALF_RATE, MANY_SOURCES, MANY_SOURCES_MODE, NAIVE, SERIAL
-from streamer.bench.pace import LimitAtPace
 from streamer.bench.stats import RunResult
 
 __all__ = [
-    "LIMIT_AT_PACE",
     "TIE",
     "BatchSizeFinding",
     "Target",
@@ -31,8 +28,6 @@ __all__ = [
 
 TIE = 0.05
 """Batch sizes within 5 % of the fastest count as fastest too."""
-LIMIT_AT_PACE = "daemon / limit at its pace"
-"""The daemon's best round against the limit at that run's pace (:mod:`.pace`)."""
 
 
 @dataclass(frozen=True)
@@ -62,19 +57,15 @@ def input_targets(
     max_size: int,
     max_delay_ms: float,
     rows_per_run: int = 0,
-    at_pace: LimitAtPace | None = None,
 ) -> list[Target]:
     """The per-input targets of ``name``'s runs (by the names of :mod:`.modes`); one
-    inference of a ``max_size`` batch runs in runs of ``rows_per_run`` rows (0 = whole).
-    With ``at_pace``, the daemon against the limit at its run's pace too (:mod:`.pace`)."""
+    inference of a ``max_size`` batch runs in runs of ``rows_per_run`` rows (0 = whole)."""
     daemon = runs[DAEMON].fps
     one_inference_ms = components.inference_in_runs(max_size, rows_per_run).wall_ms * max_size
     budget_ms = max_delay_ms + 3 * one_inference_ms
     half = runs[HALF_RATE].latency
-    paced = [] if at_pace is None else [_at_least(LIMIT_AT_PACE, name, at_pace.best.ratio, 0.85)]
     return [
         _at_least("daemon / limit", name, _ratio(daemon, limit.fps), 0.85),
-        *paced,
         _at_least("daemon / serial", name, _ratio(daemon, runs[SERIAL].fps), 1.0),
         _at_least("daemon / naive", name, _ratio(daemon, runs[NAIVE].fps), 1.2),
         _at_most(

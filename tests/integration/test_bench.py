@@ -88,8 +88,6 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
             assert paced["limit_fps"] == pytest.approx(limit_fps, abs=0.1)
             assert paced["ratio"] == pytest.approx(fps / paced["limit_fps"], abs=2e-3)
         assert at_pace["best"]["daemon_fps"] == max(daemon_fps)
-        target = {t["name"]: t for t in item["targets"]}["daemon / limit at its pace"]
-        assert target["value"] == at_pace["best"]["ratio"]
     assert report["targets"] and report["max_size"]["fastest"] in (1, 2, 4, 8, 16)
     assert any(t["name"].startswith("config rows_per_run 2: ") for t in report["targets"])
     batches = [i["daemon"]["daemon"]["stages"]["mean_batch_size"] for i in report["inputs"]]
