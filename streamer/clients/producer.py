@@ -515,7 +515,7 @@ def _send_frames(
     try:
         for image, name in frames:
             pacer.wait()
-            size = producer.send(image, ts=time.time(), meta=_with_file(meta, name))
+            size = _send_named(producer, image, meta, name)
             if on_sent is not None:
                 on_sent(size)
     except ClientError as exc:
@@ -525,6 +525,25 @@ def _send_frames(
         producer.abort()
         raise
     return None
+
+
+def _send_named(
+    producer: Producer, image: np.ndarray, meta: dict[str, Any] | None, name: str | None
+) -> int:
+    """Send one frame read from the file ``name`` (None: from a video or camera); a frame
+    the daemon would refuse names its file.
+
+    Raises:
+        SendTimeoutError, ClientError: as :meth:`Producer.send`.
+    """
+    try:
+        return producer.send(image, ts=time.time(), meta=_with_file(meta, name))
+    except SendTimeoutError:
+        raise
+    except ClientError as exc:
+        if name is None:
+            raise
+        raise ClientError(f"{name}: {exc}") from None
 
 
 def _with_file(meta: dict[str, Any] | None, name: str | None) -> dict[str, Any] | None:

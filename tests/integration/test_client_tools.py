@@ -273,7 +273,9 @@ def test_produce_tool_refuses_a_frame_over_the_default_limits_unless_told(
     command += ["--endpoint", pull.getsockopt_string(zmq.LAST_ENDPOINT)]
     refused = _run(command)
     assert refused.returncode == 1, refused.stderr[-2000:]
-    assert "the daemon would refuse frame 0: too_large: image is 9000x10" in refused.stderr
+    assert "wide.png: the daemon would refuse frame 0: too_large: image is 9000x10" in (
+        refused.stderr
+    )
     assert [h["eos"] for h in _headers_to_eos(pull)] == [True]
     sent = _run([*command, "--no-size-limits"])
     assert sent.returncode == 0, sent.stderr[-2000:]
