@@ -37,7 +37,7 @@ from streamer.bench.work import FrameWork
 __all__ = ["PACE_CPU_S", "LimitAtPace", "Pace", "PacedRun", "limit_at_pace", "time_pace"]
 
 PACE_CPU_S = 0.5
-"""CPU seconds each timing of the pace takes (one before a run, one after)."""
+"""CPU seconds each of a round's three timings of the pace takes."""
 
 
 @dataclass(frozen=True)
