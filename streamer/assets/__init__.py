@@ -8,7 +8,7 @@ model cut at intermediate tensors, for chains) are made from a fetched one
 """
 
 from streamer.assets.catalog import ASSETS, SPLITS, Asset, Split
-from streamer.assets.fetch import asset_path, asset_state, fetch_assets, media_path
+from streamer.assets.fetch import asset_path, asset_state, fetch_assets, media_asset, media_path
 
 __all__ = [
     "ASSETS",
@@ -18,5 +18,6 @@ __all__ = [
     "asset_path",
     "asset_state",
     "fetch_assets",
+    "media_asset",
     "media_path",
 ]

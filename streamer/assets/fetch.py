@@ -40,6 +40,7 @@ __all__ = [
     "asset_path",
     "asset_state",
     "fetch_assets",
+    "media_asset",
     "media_path",
 ]
 
@@ -85,19 +86,24 @@ def asset_state(asset: Asset | Split, root: Path | None = None) -> AssetState:
     return "ready" if intact else "damaged"
 
 
+def media_asset(name: str) -> Asset | None:
+    """The media asset called ``name`` (e.g. ``carphone.mp4``), or None."""
+    return next((a for a in ASSETS if a.kind == "media" and a.name == name), None)
+
+
 def media_path(name: str, root: Path | None = None) -> Path:
     """The path of the fetched media asset ``name`` (e.g. ``carphone.mp4``).
 
     Raises:
         AssetError: ``name`` is unknown or has not been fetched.
     """
-    for asset in ASSETS:
-        if asset.kind == "media" and asset.name == name:
-            path = asset_path(asset, root)
-            if not path.exists():
-                raise AssetError(f"{name} is not fetched yet: run `streamer models fetch`")
-            return path
-    raise AssetError(f"unknown media {name!r}")
+    asset = media_asset(name)
+    if asset is None:
+        raise AssetError(f"unknown media {name!r}")
+    path = asset_path(asset, root)
+    if not path.exists():
+        raise AssetError(f"{name} is not fetched yet: run `streamer models fetch`")
+    return path
 
 
 def fetch_assets(

@@ -138,9 +138,9 @@ def _fetched_media(name: str) -> Path:
         ClientError: no media asset has that name: it is a file that does not exist.
         AssetError: that media asset has not been fetched.
     """
-    from streamer.assets import ASSETS, media_path
+    from streamer.assets import media_asset, media_path
 
-    if not any(asset.kind == "media" and asset.name == name for asset in ASSETS):
+    if media_asset(name) is None:
         raise ClientError(f"{name!r} does not exist: no such file or folder, nor media asset")
     return media_path(name)
 
