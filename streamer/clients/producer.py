@@ -465,12 +465,14 @@ def produce(
 
     Raises:
         AssetError: ``media`` is a media name not fetched yet.
-        ClientError: ``media`` names no existing path and no media, before anything
-            connects; or the run ended short: a frame could not be read (the message names the
-            file, or the video; a video is also short when its frames end before the count
-            its container announces, see :meth:`MediaInput.frames`) or sent as it is (the
-            daemon would refuse it), a send timed out (whether a daemon is
-            connected, see :class:`SendTimeoutError`), or frames or the end-of-stream were
+        ClientError: ``media`` names no existing path and no media, or its first frame
+            cannot be read (a camera or video OpenCV cannot open, an unreadable first
+            image), before anything connects; or the run ended short: a frame could not
+            be read (the message names the file, or the video; a video is also short when
+            its frames end before the count its container announces, see
+            :meth:`MediaInput.frames`) or sent as it is (the daemon would refuse it), a
+            send timed out (whether a daemon is connected, see
+            :class:`SendTimeoutError`), or frames or the end-of-stream were
             still queued ``close_timeout_s`` after the last send and were discarded. The
             message then counts the frames sent, says from which ``seq`` on none were,
             names the frames discarded (their count and ``seq`` range) and whether the end
@@ -482,7 +484,7 @@ def produce(
         raise ValueError(f"loop and limit must be >= 0, got loop={loop}, limit={limit}")
     pacer = Pacer(fps)
     media = media if isinstance(media, MediaInput) else open_input(media)
-    frames = itertools.islice(_passes(media, loop), limit)
+    frames = _first_read(itertools.islice(_passes(media, loop), limit))
     with Producer(
         endpoint,
         source=media.name if source is None else source,
@@ -613,6 +615,19 @@ def _discarded(producer: Producer, *, eos_queued: bool) -> str:
         seqs = f"seq {first}" if frames == 1 else f"seq {first}-{sent - 1}"
         what = f"the last {frames} frame(s) ({seqs})" + (" and " + what if eos_queued else "")
     return f"{what}, still queued {producer.close_timeout_s} s after the last send, discarded"
+
+
+def _first_read(
+    frames: Iterator[tuple[np.ndarray, str | None]],
+) -> Iterator[tuple[np.ndarray, str | None]]:
+    """``frames`` with the first one read now, so that an input that cannot be opened fails
+    before anything connects (and no end of stream announces a stream that never began).
+
+    Raises:
+        ClientError: as :meth:`MediaInput.named_frames`.
+    """
+    first = next(frames, None)
+    return frames if first is None else itertools.chain([first], frames)
 
 
 def _passes(media: MediaInput, loop: int) -> Iterator[tuple[np.ndarray, str | None]]:

@@ -158,6 +158,22 @@ def test_produce_tool_ends_the_run_at_an_unreadable_image(
     assert [(h["seq"], h.get("eos", False)) for h in received] == [(0, False), (0, True)]
 
 
+@pytest.mark.parametrize("unreadable", ["camera", "first image"])
+def test_produce_tool_fails_an_input_it_cannot_open_before_it_connects(
+    tmp_path: Path, pull: zmq.Socket[Any], unreadable: str
+) -> None:
+    """A camera index no camera answers to (or a folder whose first image is unreadable)
+    connected first, then sent an end of stream for a stream that never began."""
+    (tmp_path / "a.jpg").write_bytes(b"\xff\xd8\xff\xe0")
+    media = "97" if unreadable == "camera" else str(tmp_path)
+    endpoint = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+    run = _run([*PRODUCE, media, "--endpoint", endpoint, "--no-progress"])
+    assert run.returncode == 1, run.stderr[-2000:]
+    error = "cannot open video or camera 97" if unreadable == "camera" else "cannot read image"
+    assert f"Error: {error}" in run.stderr and "sent 0 frame(s)" not in run.stderr
+    assert not pull.poll(500), pull.recv_multipart()
+
+
 @pytest.mark.parametrize("name", ["../outside", "sub/inner", "", ".."])
 def test_keygen_refuses_a_name_that_is_no_plain_file_name(tmp_path: Path, name: str) -> None:
     """``keygen.py DIR ../outside`` wrote its keys outside DIR."""

@@ -807,19 +807,29 @@ def test_producer_refuses_a_frame_over_the_daemons_default_limits(
 
 
 def test_produce_says_the_end_of_stream_was_sent_after_no_frame(
-    context: Context, sockets: list[Socket], tmp_path: Path
+    context: Context, sockets: list[Socket], tmp_path: Path, astronaut: np.ndarray
 ) -> None:
-    """An empty x.jpg: ``sent 0 frame(s), none from seq 0 on`` said nothing of the end of
-    stream, which was sent."""
-    (tmp_path / "x.jpg").touch()
+    """A first frame the daemon would refuse: ``sent 0 frame(s), none from seq 0 on`` said
+    nothing of the end of stream, which was sent."""
+    cv2.imwrite(str(tmp_path / "x.png"), astronaut)
     pull, endpoint = _bind(context, zmq.PULL, sockets)
     with pytest.raises(ClientError) as info:
-        produce(tmp_path / "x.jpg", endpoint, context=context)
+        produce(tmp_path / "x.png", endpoint, context=context, limits=FrameLimits(max_pixels=9))
     ((eos, _),) = _drain(pull)
-    assert eos.eos and str(info.value) == (
-        f"cannot read image {tmp_path / 'x.jpg'}; sent 0 frame(s), none from seq 0 on; the end "
-        "of stream was sent"
+    assert eos.eos and str(info.value).endswith(
+        "; sent 0 frame(s), none from seq 0 on; the end of stream was sent"
     )
+
+
+def test_produce_fails_an_unreadable_first_frame_before_it_connects(
+    context: Context, sockets: list[Socket], tmp_path: Path
+) -> None:
+    """An empty x.jpg connected, then sent an end of stream for a stream that never began."""
+    (tmp_path / "x.jpg").touch()
+    pull, endpoint = _bind(context, zmq.PULL, sockets)
+    with pytest.raises(ClientError, match=r"^cannot read image .*x\.jpg$"):
+        produce(tmp_path / "x.jpg", endpoint, context=context)
+    assert not pull.poll(300)
 
 
 @pytest.mark.parametrize(
