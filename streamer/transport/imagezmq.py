@@ -67,15 +67,14 @@ class ImagezmqReader:
 
         Returns:
             A frame with the next seq of its source; one whose source cannot be told (no
-            valid ``msg`` and no fixed ``source``) has source ``""`` and seq -1.
+            valid ``msg`` and no fixed ``source``) has source ``""`` and seq -1. With a fixed
+            ``source``, a message whose metadata is unusable is a failed frame of that source.
         """
         try:
             fields = _metadata(parts)
             source = self._source_of(fields)
         except FrameError as error:
-            frame = Frame("", -1, received_ns, received_at)
-            frame.fail(error)
-            return frame
+            return self._unreadable(error, received_ns, received_at)
         frame = Frame(source, self._take_seq(source), received_ns, received_at)
         if self._source is not None:
             frame.meta = {"msg": fields.get("msg")}
@@ -85,6 +84,16 @@ class ImagezmqReader:
         frame.encoding = "raw" if "dtype" in fields else "jpeg"
         frame.header = {**fields, "color": _color(fields.get("shape"))}
         frame.payload = parts[1]
+        return frame
+
+    def _unreadable(self, error: FrameError, received_ns: int, received_at: float) -> Frame:
+        """The failed frame of a message without usable metadata: named by the fixed
+        ``source`` and its next seq, or ``""`` and -1 when the source comes from ``msg``."""
+        if self._source is None:
+            frame = Frame("", -1, received_ns, received_at)
+        else:
+            frame = Frame(self._source, self._take_seq(self._source), received_ns, received_at)
+        frame.fail(error)
         return frame
 
     def _source_of(self, fields: dict[str, Any]) -> str:

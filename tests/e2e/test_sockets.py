@@ -220,6 +220,32 @@ def _pub_sub(client: Client, senders: list[imagezmq.ImageSender], jpeg: bytes) -
     assert all(seqs == list(range(seqs[0], seqs[0] + len(seqs))) for seqs in seen.values())
 
 
+def test_an_imagezmq_message_without_metadata_keeps_the_fixed_source(
+    start_daemon: Any, connect: Any, sockets: Any, jpeg: bytes
+) -> None:
+    """With ``source`` fixed, the error result of a message whose metadata is not JSON is
+    that source's, numbered in arrival order: its subscribers see it where they look."""
+    porch = free_port()
+    daemon = start_daemon(
+        ingress_extra=table(
+            "ingress",
+            name="porch",
+            uri=f"rep+bind:{tcp(porch)}",
+            protocol="imagezmq",
+            source="porch",
+        )
+    )
+    client: Client = connect(daemon)
+    sender = sockets(zmq.REQ, connect=tcp(porch))
+    for parts in ([b"not json", jpeg], [b'{"msg": "front door"}', jpeg]):
+        sender.send_multipart(parts)
+        sender.recv()
+    first, second = client.collect(2)
+    assert (first["source"], first["seq"], first["error"]["reason"]) == ("porch", 0, "bad_header")
+    assert (second["source"], second["seq"], second["error"]) == ("porch", 1, None)
+    assert_accounted(daemon)
+
+
 @pytest.fixture
 def keys(tmp_path: Path) -> dict[str, Path]:
     """Server pair; ``camera`` and ``viewer`` allowed; ``stranger`` not."""
