@@ -106,8 +106,9 @@ def decode_image(
 
     Raises:
         FrameError: as :func:`check_payload`, and ``decode_failed`` (corrupt or truncated
-            payload; measured with OpenCV 4.14 and 5.0, a JPEG missing even only its final
-            2-byte EOI marker is rejected) or ``unsupported_dtype`` (an encoded image with
+            payload; measured with OpenCV 4.14 and 5.0, a JPEG whose bytes end before its
+            final 2-byte EOI marker is rejected; the marker is not looked for, so padding in
+            its place may decode) or ``unsupported_dtype`` (an encoded image with
             samples that are neither 8- nor 16-bit).
     """
     check_payload(encoding, payload, fields, limits)

@@ -257,6 +257,15 @@ def test_jpeg_missing_only_its_eoi_marker_is_rejected(astronaut: np.ndarray) -> 
     assert _reason("jpeg", payload[:-2], {}).reason == Reason.DECODE_FAILED
 
 
+def test_jpeg_whose_eoi_marker_is_replaced_by_padding_is_decoded(astronaut: np.ndarray) -> None:
+    """The EOI marker is not looked for: libjpeg fails when its data runs out, so with
+    enough other bytes in its place the complete scan decodes (README, "Decoding rules")."""
+    payload = _encode(astronaut, ".jpg")
+    whole = decode_image("jpeg", payload, {}, LIMITS)
+    padded = decode_image("jpeg", payload[:-2] + bytes(16), {}, LIMITS)
+    assert np.array_equal(padded, whole)
+
+
 def test_png_cut_in_its_data(astronaut: np.ndarray) -> None:
     payload = _encode(astronaut, ".png")
     assert _reason("png", payload[: len(payload) // 2], {}).reason == Reason.DECODE_FAILED
