@@ -13,8 +13,9 @@ one type, all on the one socket):
   inference): the native protocol's JSON ack
   (:func:`~streamer.transport.protocol.encode_ack`) or imagezmq's ``OK`` / ``ERROR …``
   (:func:`~streamer.transport.imagezmq.encode_reply`). A ``router``
-  replies through the request's envelope: the peer identity, and the empty delimiter part
-  when the request has one (REQ peers send it).
+  replies through the request's envelope: the peer identity, and when the request has an
+  empty delimiter part (REQ peers send it), every part up to it: the identities a
+  ROUTER/DEALER broker (``zmq.proxy``) between them adds, as a REP socket does.
 
 For every message, in order: the protocol turns it into a :class:`~streamer.frames.Frame` or
 an :class:`~streamer.frames.EndOfStream` marker; a frame whose header is valid is checked
@@ -226,7 +227,7 @@ class Ingress(Worker):
         """(the envelope a reply goes back through, the message proper); the message is None
         for a SUB message whose topic is not one of ``topics``."""
         if self.kind == "router":
-            cut = 2 if len(parts) > 1 and not parts[1].nbytes else 1
+            cut = _envelope_end(parts)
             return [bytes(p) for p in parts[:cut]], parts[cut:]
         if self.kind == "sub" and self._config.protocol == "native":
             return [], parts[1:] if self._wanted(parts[0]) else None
@@ -251,3 +252,17 @@ class Ingress(Worker):
 
     def _put(self, item: Frame | EndOfStream) -> str | None:
         return self._admission.offer(item, self._config.on_full)
+
+
+def _envelope_end(parts: list[memoryview]) -> int:
+    """Where a ROUTER message's envelope ends: after its first empty part that has parts
+    after it (the delimiter of a REQ peer, or of one behind brokers, whose identities come
+    before it), else after the peer's identity (a DEALER peer sends no delimiter; a
+    message's own last part, e.g. an end of stream's payload, may be empty).
+
+    Source: the ZeroMQ guide, chapter 3, "The Extended Reply Envelope".
+    """
+    for index in range(1, len(parts) - 1):
+        if not parts[index].nbytes:
+            return index + 1
+    return 1

@@ -144,6 +144,29 @@ def test_router_replies_through_the_envelope(start: Any, client: Any) -> None:
     assert [i.source for i in running.recorder.wait(3)] == ["a", "b", ""]
 
 
+def test_router_replies_through_a_broker(start: Any, client: Any, context: Any) -> None:
+    """A REQ peer behind a ROUTER/DEALER broker: the request came as [broker, client, "",
+    header, payload] and was read as a 4-part message from the broker (bad_header), its
+    reply routed to no one, the REQ peer waiting for ever."""
+    address, front_address = _address(), _address()
+    running = start(uri=f"router+bind:{address}")
+    front = context.socket(zmq.ROUTER)
+    front.setsockopt(zmq.LINGER, 0)
+    front.setsockopt(zmq.RCVTIMEO, _TIMEOUT_MS)
+    try:
+        front.bind(front_address)
+        back = client(zmq.DEALER, address)
+        req = client(zmq.REQ, front_address)
+        for seq in range(2):  # what zmq.proxy(front, back) does, one message each way
+            req.send_multipart(encode_frame("behind", seq, _jpeg(), encoding="jpeg"))
+            back.send_multipart(front.recv_multipart())
+            front.send_multipart(back.recv_multipart())
+            assert json.loads(req.recv()) == {"ok": True, "source": "behind", "seq": seq}
+    finally:
+        front.close()
+    assert [(i.source, i.error) for i in running.recorder.wait(2)] == [("behind", None)] * 2
+
+
 def test_a_refused_frame_fails_at_once_and_says_why(start: Any, client: Any) -> None:
     address = _address()
     running = start(uri=f"rep+bind:{address}", max_width_px=32)
