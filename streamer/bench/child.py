@@ -6,6 +6,7 @@ the benchmark can wait for a line with a timeout and keep every line for the log
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -18,12 +19,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from streamer.bench.deferred_signals import signals_deferred
+from streamer.bench.deferred_signals import hurry_requested, signals_deferred
 from streamer.errors import StreamerError
 
 __all__ = ["Child", "Stoppable", "python_module", "stop_all"]
 
 _STOP_TIMEOUT_S = 30.0
+_HURRY_POLL_S = 0.1
 
 
 def python_module(module: str, *args: str) -> list[str]:
@@ -89,18 +91,22 @@ class Child:
         raise StreamerError(f"{self._name()}: no {event!r} line in {timeout_s} s: {self._tail()}")
 
     def stop(self) -> int:
-        """SIGTERM, wait (kill after 30 s), write the log; returns the exit code.
+        """SIGTERM, wait (kill after 30 s, or at once when :func:`hurry_requested`), write
+        the log; returns the exit code.
 
         Raises:
             StreamerError: the log cannot be written (the child is stopped all the same).
         """
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        try:
-            code = self.process.wait(_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            code = self.process.wait()
+        deadline = time.monotonic() + _STOP_TIMEOUT_S
+        while (code := self.process.poll()) is None:
+            if hurry_requested() or time.monotonic() >= deadline:
+                self.process.kill()
+                code = self.process.wait()
+                break
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(_HURRY_POLL_S)
         self._reader.join(5)
         assert self.process.stdout is not None
         self.process.stdout.close()
@@ -126,7 +132,8 @@ class Stoppable(Protocol):
 
 def stop_all(children: Iterable[Stoppable]) -> None:
     """Stop each of ``children`` in turn, every one even when a stop fails, with Ctrl-C and
-    SIGTERM deferred until all are stopped (:func:`signals_deferred`).
+    SIGTERM deferred until all are stopped (:func:`signals_deferred`; a second one makes
+    the stops kill at once).
 
     Raises:
         Exception: the first error a stop raised, once every stop was tried.

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from streamer.bench.child import Child, stop_all
-from streamer.bench.deferred_signals import signals_deferred
+from streamer.bench.deferred_signals import hurry_requested, signals_deferred
 from streamer.errors import StreamerError
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -82,3 +83,40 @@ def test_ctrl_c_while_children_are_stopped_stops_them_all_first(tmp_path: Path) 
         stop_all([_InterruptedStop(first), second])
     assert first.process.poll() is not None
     assert second.process.poll() is not None
+
+
+DEAF = [
+    sys.executable,
+    "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('{}',"
+    " flush=True); time.sleep(60)",
+]
+
+
+class _InterruptedTwice:
+    """A stop during which Ctrl-C is pressed twice, of a child that ignores SIGTERM."""
+
+    def __init__(self, child: Child) -> None:
+        self.child = child
+
+    def stop(self) -> int:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        return self.child.stop()
+
+
+def test_a_second_ctrl_c_kills_what_is_still_stopping(tmp_path: Path) -> None:
+    """Each stop waited up to 30 s for its child to exit, however often Ctrl-C came."""
+    deaf = Child(DEAF, tmp_path / "a.log")
+    assert deaf.process.stdout is not None
+    while not deaf.lines:  # its SIGTERM handler is set once it has printed
+        assert deaf.process.poll() is None
+        time.sleep(0.01)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        stop_all([_InterruptedTwice(deaf)])
+    assert deaf.process.returncode == -signal.SIGKILL
+    assert time.monotonic() - started < 20  # not the 30 s a child that ignores SIGTERM gets
+    with pytest.raises(KeyboardInterrupt), signals_deferred():  # the hurry ended with it
+        os.kill(os.getpid(), signal.SIGINT)
+        assert not hurry_requested()
