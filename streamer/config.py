@@ -246,6 +246,8 @@ def _split_host_port(address: str) -> tuple[str, int]:
     Raises:
         ValueError: no host, or a port that is not an integer in 0..65535.
     """
+    if address.startswith("[") and address.endswith("]"):  # in brackets, but no port
+        raise ValueError(f"{address!r}: expected host:port, e.g. {address}:9555")
     host, sep, port = address.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

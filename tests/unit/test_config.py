@@ -180,6 +180,9 @@ def test_http_address_takes_host_and_port(tmp_path: Path) -> None:
     for bad in ("127.0.0.1", "::1:9555", "localhost:99999", ":9555", "127.0.0.1:\u0667\u0669"):
         with pytest.raises(ConfigError, match="daemon.http_address"):
             load_config(write(tmp_path, daemon(bad)))
+    # It said "write an IPv6 address in brackets" of one in brackets without a port.
+    with pytest.raises(ConfigError, match=r"'\[::1\]': expected host:port, e.g. \[::1\]:9555"):
+        load_config(write(tmp_path, daemon("[::1]")))
 
 
 def error(tmp_path: Path, text: str) -> str:
