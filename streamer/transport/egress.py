@@ -126,9 +126,9 @@ class Egress(Worker):
             if curve is not None:
                 curve.apply(socket)
                 self._monitors.append(HandshakeMonitor(socket, f"egress {config.name}"))
-            endpoint.attach(socket)
+            attached = endpoint.attach(socket)
             _log.info(
-                "egress_ready", egress=config.name, endpoint=str(endpoint), curve=curve is not None
+                "egress_ready", egress=config.name, endpoint=attached, curve=curve is not None
             )
 
     def teardown(self) -> None:

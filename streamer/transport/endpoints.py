@@ -12,6 +12,7 @@ import os
 import re
 import socket as sockets  # `socket` names the ZeroMQ socket in this module
 import stat
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,9 +67,13 @@ class Endpoint:
         """Whether the address has an IPv6 host (:func:`ipv6_host`)."""
         return ipv6_host(self.address)
 
-    def attach(self, socket: zmq.Socket[bytes]) -> None:
+    def attach(self, socket: zmq.Socket[bytes]) -> str:
         """Bind or connect ``socket``; set socket options before calling this (``IPV6`` is
         set here for an IPv6 host).
+
+        Returns:
+            The URI as attached, for the log: with the port ZeroMQ chose for a
+            ``tcp://host:*`` bind, which producers and subscribers have to be told.
 
         Raises:
             zmq.ZMQError: the address is in use or invalid. ZeroMQ binds an ``ipc://`` path
@@ -90,8 +95,11 @@ class Endpoint:
                 if exc.errno != errno.ENODEV:
                     raise
                 raise zmq.ZMQError(errno.ENODEV, _NOT_LOCAL.format(self.address)) from exc
+            if self.address.endswith(":*"):
+                return f"{self.kind}+bind:{socket.getsockopt_string(zmq.LAST_ENDPOINT)}"
         else:
             socket.connect(self.address)
+        return str(self)
 
     def __str__(self) -> str:
         return f"{self.kind}+{'bind' if self.bind else 'connect'}:{self.address}"
@@ -226,14 +234,27 @@ def check_endpoints(
     tcp: list[_TcpBind] = [] if http is None else [_http_bind(*http)]
     for where, endpoints in sockets:
         for endpoint in (e for e in endpoints if e.bind):
-            if (other := bound.get(endpoint.address)) is not None:
+            key = _bound_key(endpoint.address)
+            # A `*` port is a free port each time: two such binds never clash.
+            if not key.endswith(":*") and (other := bound.get(key)) is not None:
                 also = "listed twice" if other == where else f"also bound by {other}"
                 raise ConfigError(f"{where}: {endpoint.address} is {also}")
-            bound[endpoint.address] = where
+            bound[key] = where
             _check_ipc_place(endpoint.address, where)
             if (bind := _zmq_tcp_bind(endpoint.address, where)) is not None:
                 _check_port_free(bind, tcp)
                 tcp.append(bind)
+
+
+def _bound_key(address: str) -> str:
+    """What a bind takes, for finding two binds of one place: an ``ipc://`` path resolved
+    (``./``, ``//``, a relative path, a symlinked folder: one socket file under several
+    spellings, which the second bind would take from the first), other addresses as written.
+    """
+    path = address[len("ipc://") :]
+    if not address.startswith("ipc://") or path.startswith("@"):
+        return address
+    return f"ipc://{os.path.realpath(path)}"
 
 
 @dataclass(frozen=True)
@@ -292,8 +313,27 @@ def _zmq_tcp_bind(address: str, where: str) -> _TcpBind | None:
                 f"{where}: {address!r}: {host!r} is no host name, address or interface "
                 f"of this machine ({exc.strerror})"
             ) from exc
-        addresses = frozenset({(0, host)})
+        addresses = _interface_addresses(host)
     return _TcpBind(where, address, int(port), addresses)
+
+
+_SIOCGIFADDR = 0x8915
+"""Linux's ioctl that reads an interface's IPv4 address."""
+
+
+def _interface_addresses(name: str) -> frozenset[tuple[int, str]]:
+    """What binding the interface ``name`` takes: its IPv4 address, the one ZeroMQ binds
+    (``tcp://lo:5555`` is ``tcp://127.0.0.1:5555``); ``(0, name)`` where it cannot be read
+    (another OS, no IPv4 address), which still clashes with a wildcard or the same name."""
+    try:
+        import fcntl  # POSIX only: imported for an interface's bind alone
+
+        with sockets.socket(sockets.AF_INET, sockets.SOCK_DGRAM) as probe:
+            request = struct.pack("256s", os.fsencode(name)[:15])
+            answer = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)
+    except (ImportError, OSError):
+        return frozenset({(0, name)})
+    return frozenset({(sockets.AF_INET, sockets.inet_ntoa(answer[20:24]))})
 
 
 def _bound_addresses(host: str) -> frozenset[tuple[int, str]]:
@@ -331,7 +371,7 @@ def _check_port_free(bind: _TcpBind, earlier: Sequence[_TcpBind]) -> None:
 def _overlap(one: frozenset[tuple[int, str]], other: frozenset[tuple[int, str]]) -> bool:
     """Whether two binds of one port share an address (a wildcard shares its family's)."""
     return any(
-        family == other_family
+        (family == other_family or 0 in (family, other_family))
         and _ANY in (ip, other_ip)
         or (family, ip) == (other_family, other_ip)
         for family, ip in one

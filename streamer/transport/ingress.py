@@ -154,12 +154,11 @@ class Ingress(Worker):
         if self._curve is not None:
             self._curve.apply(socket)
             self._monitor = HandshakeMonitor(socket, self._where)
-        for endpoint in self.endpoints:
-            endpoint.attach(socket)
+        attached = [endpoint.attach(socket) for endpoint in self.endpoints]
         _log.info(
             "ingress_ready",
             ingress=self._config.name,
-            endpoint=", ".join(str(e) for e in self.endpoints),
+            endpoint=", ".join(attached),
             protocol=self._config.protocol,
             curve=self._curve is not None,
         )

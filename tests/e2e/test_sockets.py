@@ -372,3 +372,29 @@ def _all(socket: zmq.Socket[Any]) -> list[list[bytes]]:
     while socket.poll(300):
         messages.append(socket.recv_multipart())
     return messages
+
+
+def test_a_port_zeromq_chooses_is_logged(
+    start_daemon: Any, connect: Any, sockets: Any, jpeg: bytes
+) -> None:
+    """`ingress_ready` and `egress_ready` said `tcp://127.0.0.1:*`: the port a `*` bind got
+    was nowhere to be found, so no producer or subscriber could be pointed at it."""
+    daemon = start_daemon(
+        ingress_extra=table("ingress", name="any", uri="pull+bind:tcp://127.0.0.1:*")
+        + table("egress", name="anyout", uri="push+bind:tcp://127.0.0.1:*")
+    )
+    ready = {
+        e.get("ingress", e.get("egress")): e["endpoint"] for e in daemon.logs if "endpoint" in e
+    }
+    pull_uri, push_uri = ready["any"], ready["anyout"]
+    assert pull_uri.startswith("pull+bind:tcp://127.0.0.1:") and not pull_uri.endswith("*")
+    assert push_uri.startswith("push+bind:tcp://127.0.0.1:") and not push_uri.endswith("*")
+    reader = sockets(zmq.PULL, connect=push_uri.partition(":")[2])
+    client: Client = connect(daemon)
+    sockets(zmq.PUSH, connect=pull_uri.partition(":")[2]).send_multipart(
+        encode_frame("via-any", 0, jpeg, encoding="jpeg")
+    )
+    assert [r["source"] for r in client.collect(1)] == ["via-any"]
+    pushed = [json.loads(reader.recv_multipart()[-1])["source"] for _ in range(client.probes + 1)]
+    assert "via-any" in pushed  # after the probes that reached it, if any
+    assert_accounted(daemon)

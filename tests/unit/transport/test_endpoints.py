@@ -95,6 +95,8 @@ def test_two_sockets_binding_one_address_are_a_config_error() -> None:
     twice = [IngressConfig(name="in", uri=["pull+bind:tcp://127.0.0.1:6555"] * 2)]
     with pytest.raises(ConfigError, match=r"ingress in: tcp://127.0.0.1:6555 is listed twice"):
         check_endpoints(twice, [])
+    any_port = [IngressConfig(name="in", uri=["pull+bind:tcp://127.0.0.1:*"] * 2)]
+    check_endpoints(any_port, [EgressConfig(name="out", uri="pub+bind:tcp://127.0.0.1:*")])
 
 
 @pytest.mark.parametrize(
@@ -197,6 +199,23 @@ def test_an_ipc_path_needs_its_folder_and_fits_a_socket_address(tmp_path: Path) 
     parse_endpoint(long[:-1], INGRESS_TYPES, "ingress")
 
 
+@pytest.mark.parametrize(
+    "spelling", ["{d}/./frames.sock", "{d}//frames.sock", "{link}/frames.sock"]
+)
+def test_one_ipc_path_bound_under_two_spellings_is_a_config_error(
+    tmp_path: Path, spelling: str
+) -> None:
+    """`streamer check` passed; the start then failed (exit 1) saying that "another process
+    listens" on the socket file the daemon's own first socket had just bound."""
+    (tmp_path / "link").symlink_to(tmp_path)
+    ingress = [IngressConfig(name="in", uri=f"pull+bind:ipc://{tmp_path}/frames.sock")]
+    other = spelling.format(d=tmp_path, link=tmp_path / "link")
+    egress = [EgressConfig(name="out", uri=f"pub+bind:ipc://{other}")]
+    with pytest.raises(ConfigError, match=f"egress out: ipc://{re.escape(other)} is also bound by"):
+        check_endpoints(ingress, egress)
+    check_endpoints(ingress, [EgressConfig(name="out", uri=f"pub+bind:ipc://{tmp_path}/r.sock")])
+
+
 def test_an_ipv6_host_needs_brackets() -> None:
     with pytest.raises(ConfigError, match=r"an IPv6 host goes in brackets, e.g. \[::1\]"):
         parse_endpoint("pull+bind:tcp://::1:6555", INGRESS_TYPES, "ingress")
@@ -228,7 +247,10 @@ def test_ipv6_endpoints_bind_and_connect(host: str) -> None:
         ("tcp://0.0.0.0:6555", "tcp://[::]:6555", True),
         ("tcp://127.0.0.1:6555", "tcp://127.0.0.2:6555", False),
         ("tcp://127.0.0.1:6555", "tcp://0.0.0.0:6556", False),
-        ("tcp://127.0.0.1:6555", "tcp://lo:6555", False),
+        ("tcp://127.0.0.1:6555", "tcp://lo:6555", True),
+        ("tcp://lo:6555", "tcp://*:6555", True),
+        ("tcp://lo:6555", "tcp://[::]:6555", True),
+        ("tcp://127.0.0.2:6555", "tcp://lo:6555", False),
         ("tcp://127.0.0.1:*", "tcp://0.0.0.0:*", False),
     ],
 )
