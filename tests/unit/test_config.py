@@ -43,6 +43,17 @@ def test_relative_model_path_resolves_against_the_config_folder(tmp_path: Path) 
     assert config.model_path(config.models[0]) == tmp_path.resolve() / "models" / "face.onnx"
 
 
+def test_a_symlinked_config_takes_relative_paths_from_its_target_folder(tmp_path: Path) -> None:
+    """As README says: the folder of the config file itself, so a config and the models
+    beside it can be linked from elsewhere."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "c.toml").symlink_to(write(tmp_path / "real", MINIMAL))
+    config = load_config(tmp_path / "etc" / "c.toml")
+    expected = tmp_path.resolve() / "real" / "models" / "face.onnx"
+    assert config.model_path(config.models[0]) == expected
+
+
 def test_relative_curve_key_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
     (tmp_path / "keys" / "clients").mkdir(parents=True)
     (tmp_path / "keys" / "server.key_secret").write_text("")
