@@ -296,8 +296,10 @@ def _zmq_tcp_bind(address: str, where: str) -> _TcpBind | None:
     """A ZeroMQ ``tcp://`` bind with a port; None for ipc or ``*`` (any free port).
 
     Raises:
-        ConfigError: its host is no host name, address or interface of this machine
-            (ZeroMQ binds an interface by its name, e.g. ``eth0``).
+        ConfigError: its host neither resolves (a host name or address) nor names an
+            interface of this machine (ZeroMQ binds an interface by its name, e.g.
+            ``eth0``). An address that resolves but is not this machine's passes: the
+            bind fails at start (exit 1, retried), as the network may not be up yet.
     """
     if not address.startswith("tcp://"):
         return None
