@@ -269,8 +269,8 @@ def shipped_text(
     """The text of ``configs/<name>``, edited, on the given ingress, egress and HTTP ports,
     logging JSON."""
     text = edit((ROOT / "configs" / name).read_text())
-    text = text.replace("127.0.0.1:5555", f"127.0.0.1:{ports[0]}")
-    text = text.replace("127.0.0.1:5556", f"127.0.0.1:{ports[1]}")
+    text = re.sub(r"127\.0\.0\.1:5555\b", f"127.0.0.1:{ports[0]}", text)
+    text = re.sub(r"127\.0\.0\.1:5556\b", f"127.0.0.1:{ports[1]}", text)
     text = text.replace('log_format = "auto"', 'log_format = "json"')
     if "[daemon]" in text:
         return text.replace("127.0.0.1:9555", f"127.0.0.1:{ports[2]}")

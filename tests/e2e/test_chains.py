@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,8 @@ def start_config(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[[
     def start(name: str) -> Daemon:
         ports = free_port(), free_port(), free_port()
         text = (ROOT / "configs" / name).read_text()
-        text = text.replace("127.0.0.1:5555", f"127.0.0.1:{ports[0]}")
-        text = text.replace("127.0.0.1:5556", f"127.0.0.1:{ports[1]}")
+        text = re.sub(r"127\.0\.0\.1:5555\b", f"127.0.0.1:{ports[0]}", text)
+        text = re.sub(r"127\.0\.0\.1:5556\b", f"127.0.0.1:{ports[1]}", text)
         header = f'[daemon]\nlog_format = "json"\nhttp_address = "127.0.0.1:{ports[2]}"\n'
         path = tmp_path / name
         path.write_text(header + text)

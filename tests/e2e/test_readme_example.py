@@ -21,8 +21,8 @@ def test_the_python_client_example_runs_as_written(start_daemon: Any) -> None:
     example = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert example is not None, "no python example under Producers and socket types"
     daemon: Daemon = start_daemon()
-    code = example.group(1).replace("tcp://127.0.0.1:5555", daemon.ingress)
-    code = code.replace("tcp://127.0.0.1:5556", daemon.egress)
+    code = re.sub(r"tcp://127\.0\.0\.1:5555\b", daemon.ingress, example.group(1))
+    code = re.sub(r"tcp://127\.0\.0\.1:5556\b", daemon.egress, code)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(code, "README.md example", "exec"), {})

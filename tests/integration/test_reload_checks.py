@@ -4,6 +4,7 @@ settings a reload leaves for a restart are checked as `streamer check` checks th
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -23,8 +24,8 @@ def write_config(tmp_path: Path, name: str, ingress_port: int, egress_port: int)
     """The default config on the given ports, its model the file ``face.onnx`` beside it."""
     text = (ROOT / "configs" / "default.toml").read_text()
     text = text.replace('"127.0.0.1:9555"', '""')
-    text = text.replace("127.0.0.1:5555", f"127.0.0.1:{ingress_port}")
-    text = text.replace("127.0.0.1:5556", f"127.0.0.1:{egress_port}")
+    text = re.sub(r"127\.0\.0\.1:5555\b", f"127.0.0.1:{ingress_port}", text)
+    text = re.sub(r"127\.0\.0\.1:5556\b", f"127.0.0.1:{egress_port}", text)
     text = text.replace('asset = "blazeface_short_range"', 'path = "face.onnx"')
     path = tmp_path / name
     path.write_text(text)

@@ -4,6 +4,7 @@ must not keep its retired chains' models, replicas or sessions alive."""
 from __future__ import annotations
 
 import gc
+import re
 import threading
 import weakref
 from pathlib import Path
@@ -25,8 +26,8 @@ def short_and_full_range(tmp_path: Path) -> list[Config]:
     """The default config on free ports, with the full-range model, then the short-range."""
     text = (ROOT / "configs" / "default.toml").read_text()
     text = text.replace('"127.0.0.1:9555"', '""')
-    text = text.replace("127.0.0.1:5555", f"127.0.0.1:{free_port()}")
-    text = text.replace("127.0.0.1:5556", f"127.0.0.1:{free_port()}")
+    text = re.sub(r"127\.0\.0\.1:5555\b", f"127.0.0.1:{free_port()}", text)
+    text = re.sub(r"127\.0\.0\.1:5556\b", f"127.0.0.1:{free_port()}", text)
     configs = []
     for asset in ("blazeface_full_range", "blazeface_short_range"):
         path = tmp_path / f"{asset}.toml"
