@@ -296,7 +296,8 @@ def _plug_in(
 
     Raises:
         ConfigError: a bad plug-in, a missing preprocess table, a crops stage that is not an
-            item stage, or a tensor stage that is one.
+            item stage, a tensor stage that is one, or an item stage that crops upstream
+            detections reading the frame.
     """
     info = models[0][1].info
     policy = BatchPolicy.for_model(model_config.batch, info)
@@ -316,6 +317,11 @@ def _plug_in(
     if is_items:
         assert post is not None
         items = ITEM_STAGES.create(post, info, f"{where}.postprocess", operators)
+        if adapter is None and items.crops_upstream:
+            raise ConfigError(
+                f"{where}.input: a {post.kind!r} stage crops the detections of the stage "
+                f'before it; with input = "frame" it has none and would never run'
+            )
         return ModelStage(model_config, models, policy, None, None, items)
     preprocess = _preprocessor(model_config, info, where) if adapter is None else None
     postprocess = None

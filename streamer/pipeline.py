@@ -175,6 +175,9 @@ def prepare_frame(frame: Frame, stage: ModelStage, limits: DecodeLimits, keep_im
         if stage.items is not None:
             tensors, transforms = stage.items.items(image, frame.results)
             frame.children = make_items(frame, tensors, transforms, frame.received_at_ns)
+            if not tensors:  # nothing to run (an image under P-Net's smallest window)
+                frame.model = stage.name
+                frame.results = stage.items.finish([], [], frame.results)
         else:
             assert stage.preprocess is not None
             frame.tensor, frame.transform = stage.preprocess(image)

@@ -44,10 +44,12 @@ from streamer.runtime.ops.base import Operators
 from streamer.vision.crops import CropParams, Crops
 from streamer.vision.mtcnn import ONet, ONetParams, PNet, PNetParams, RNet, RNetParams
 from streamer.vision.mtcnn.layout import (
+    LANDMARKS,
     PROBABILITY,
     REGRESSION,
     InputParams,
     check_input,
+    check_outputs,
     split_outputs,
     to_input,
 )
@@ -64,9 +66,12 @@ class ItemStage(Protocol):
 
     Attributes:
         detects: whether its results have ``detections`` (boxes a ``crops`` stage can read).
+        crops_upstream: whether its items are crops of the upstream stage's detections (it
+            needs one: with ``input = "frame"`` it would never run).
     """
 
     detects: bool
+    crops_upstream: bool
 
     def items(
         self, image: np.ndarray, results: dict[str, Any]
@@ -81,7 +86,9 @@ class ItemStage(Protocol):
     def finish(
         self, outputs: Sequence[ItemOutputs], transforms: Sequence[Any], results: dict[str, Any]
     ) -> dict[str, Any]:
-        """The frame's results once all of its items ran (``results`` updated and returned)."""
+        """The frame's results once all of its items ran (``results`` updated and returned);
+        for a first stage (``input = "frame"``) that had no item for the frame, called with
+        none: its answer without them (P-Net: empty ``detections``)."""
 
 
 def _stacked(outputs: Sequence[ItemOutputs]) -> list[np.ndarray]:
@@ -109,16 +116,20 @@ class PNetStage:
     """MTCNN's P-Net over fixed pyramid gears.
 
     Raises:
-        ConfigError: bad parameters (:class:`PNet`), or the model's input does not take what
-            ``normalize`` sends (:func:`.mtcnn.layout.check_input`).
+        ConfigError: bad parameters (:class:`PNet`), the model's input does not take what
+            ``normalize`` sends (:func:`.mtcnn.layout.check_input`; nor, for R-Net and O-Net,
+            their crops' size), or its outputs are not the net's
+            (:func:`.mtcnn.layout.check_outputs`).
     """
 
     detects = True
+    crops_upstream = False
 
     def __init__(
         self, params: PNetParams, info: ModelInfo, operators: Operators | None = None
     ) -> None:
         check_input(info, params.normalize)
+        check_outputs(info, (REGRESSION, PROBABILITY))
         self._pnet = PNet(params, operators)
 
     def items(
@@ -147,11 +158,13 @@ class RNetStage:
     """
 
     detects = True
+    crops_upstream = True
 
     def __init__(
         self, params: RNetParams, info: ModelInfo, operators: Operators | None = None
     ) -> None:
-        check_input(info, params.normalize)
+        check_input(info, params.normalize, RNet.size)
+        check_outputs(info, (REGRESSION, PROBABILITY))
         self._rnet = RNet(params, operators)
 
     def items(
@@ -186,11 +199,13 @@ class ONetStage:
     """
 
     detects = True
+    crops_upstream = True
 
     def __init__(
         self, params: ONetStageParams, info: ModelInfo, operators: Operators | None = None
     ) -> None:
-        check_input(info, params.normalize)
+        check_input(info, params.normalize, ONet.size)
+        check_outputs(info, (REGRESSION, LANDMARKS, PROBABILITY))
         self._onet = ONet(ONetParams(**params.model_dump(exclude={"merge"})), operators)
         self._merge = params.merge
 
@@ -233,9 +248,15 @@ class FaceClassifier:
     """
 
     detects = False  # a verdict on the whole frame, no boxes
+    crops_upstream = False
 
     def __init__(self, params: ClassifyParams, info: ModelInfo) -> None:
         check_input(info, params.normalize)
+        # R-Net's outputs, or O-Net's (with its landmarks, unused here)
+        self._widths: tuple[int, ...] = (REGRESSION, PROBABILITY)
+        if len(info.outputs) == 3:
+            self._widths = (REGRESSION, LANDMARKS, PROBABILITY)
+        check_outputs(info, self._widths)
         self._crops = Crops(CropParams(square=True), info)
         self._threshold = params.threshold
         self._normalize = params.normalize
@@ -251,8 +272,8 @@ class FaceClassifier:
     def finish(
         self, outputs: Sequence[ItemOutputs], transforms: Sequence[Any], results: dict[str, Any]
     ) -> dict[str, Any]:
-        _, probabilities = split_outputs(
-            _stacked(outputs), (REGRESSION, PROBABILITY), len(transforms), self._name
+        *_, probabilities = split_outputs(
+            _stacked(outputs), self._widths, len(transforms), self._name
         )
         score = float(probabilities[0, 1])
         results["face"] = {"score": round(score, 4), "is_face": score > self._threshold}

@@ -20,13 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def start_config(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[[str], Daemon]]:
-    """Start a daemon on a shipped config, moved to free ports and JSON logs."""
+def start_config(tmp_path: Path, assets: dict[str, Path]) -> Iterator[Callable[..., Daemon]]:
+    """Start a daemon on a shipped config, edited, moved to free ports and JSON logs."""
     daemons: list[Daemon] = []
 
-    def start(name: str) -> Daemon:
+    def start(name: str, edit: Callable[[str], str] = lambda text: text) -> Daemon:
         ports = free_port(), free_port(), free_port()
-        text = (ROOT / "configs" / name).read_text()
+        text = edit((ROOT / "configs" / name).read_text())
         text = re.sub(r"127\.0\.0\.1:5555\b", f"127.0.0.1:{ports[0]}", text)
         text = re.sub(r"127\.0\.0\.1:5556\b", f"127.0.0.1:{ports[1]}", text)
         header = f'[daemon]\nlog_format = "json"\nhttp_address = "127.0.0.1:{ports[2]}"\n'
@@ -120,4 +120,42 @@ def test_rnet_alone_classifies_lfw(
     predicted = np.array([r["face"]["is_face"] for r in results])
     truth = np.repeat([True, False], 100)
     assert (predicted == truth).mean() >= 0.98
+    assert daemon.stop() == 0
+
+
+def test_a_frame_too_small_for_pnet_still_gets_its_answer(
+    start_config: Any, connect: Any, astronaut: np.ndarray
+) -> None:
+    """A frame under P-Net's smallest window (min_face_px) has no item for it: it was
+    published with neither ``detections`` nor ``model`` (""), unlike any other frame."""
+    daemon = start_config("mtcnn.toml")
+    client: Client = connect(daemon)
+    tiny = cv2.resize(astronaut, (8, 8), interpolation=cv2.INTER_AREA)
+    strip = cv2.resize(astronaut, (2000, 4), interpolation=cv2.INTER_AREA)
+    results = send_stills(client, {"tiny": tiny, "strip": strip, "astronaut": astronaut})
+    for name in ("tiny", "strip"):
+        assert results[name]["error"] is None
+        assert results[name]["detections"] == [] and results[name]["model"] == "pnet"
+    assert len(results["astronaut"]["detections"]) >= 1
+    assert daemon.stop() == 0
+
+
+def test_onet_alone_classifies_faces(
+    start_config: Any, connect: Any, assets: dict[str, Path]
+) -> None:
+    """``mtcnn_classify`` on O-Net (README: "R-Net or O-Net"): its three outputs failed every
+    frame as ``postprocess_failed`` (expected R-Net's two)."""
+    gray = np.load(assets["lfw_subset.npy"])
+    images = np.round(gray[::10] * 255).astype(np.uint8)  # 10 faces, then 10 non-faces
+    daemon = start_config(
+        "face_classifier.toml", lambda text: text.replace('"mtcnn_rnet"', '"mtcnn_onet"')
+    )
+    client: Client = connect(daemon)
+    for seq, image in enumerate(images):
+        header, payload = encode_frame("lfw", seq, image, encoding="raw", color="gray")
+        client.send_parts([header, payload])
+    results = client.collect(len(images))
+    assert all(r["error"] is None for r in results)
+    predicted = np.array([r["face"]["is_face"] for r in results])
+    assert (predicted == np.repeat([True, False], 10)).mean() >= 0.8
     assert daemon.stop() == 0

@@ -216,3 +216,55 @@ def test_a_crops_stage_behind_one_without_detections_fails_at_start(
     path.write_text(text)
     with pytest.raises(ConfigError, match=r"models\[1\]\.input: 'rnet:crops' crops the"):
         load_chain(backend, load_config(path))
+
+
+def blazeface_then(tmp_path: Path, asset: str, kind: str = "mtcnn_onet") -> Config:
+    """configs/blazeface_onet.toml with its O-Net stage running ``asset`` as ``kind``."""
+    text = (ROOT / "configs" / "blazeface_onet.toml").read_text()
+    text = text.replace('asset = "mtcnn_onet"', f'asset = "{asset}"')
+    text = text.replace('kind = "mtcnn_onet"', f'kind = "{kind}"')
+    path = tmp_path / f"blazeface_{asset}.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("asset", "wrong"),
+    [
+        ("blazeface_short_range", "input 'input' is [-1, 3, 128, 128]: this stage sends 48x48x3"),
+        ("mtcnn_rnet", "is [-1, 24, 24, 3]: this stage sends 48x48x3 crops"),
+    ],
+)
+def test_a_crops_stage_whose_model_does_not_take_its_crops_fails_at_start(
+    backend: Backend, tmp_path: Path, asset: str, wrong: str
+) -> None:
+    """O-Net's stage on another net's model: ``streamer check`` said ok, and every frame
+    with a face then failed as ``inference_failed`` (replica failures, then the stop)."""
+    with pytest.raises(ConfigError, match=r"models\[1\]\.postprocess: mtcnn_onet: ") as caught:
+        load_chain(backend, blazeface_then(tmp_path, asset))
+    assert wrong in str(caught.value)
+
+
+def test_an_item_stage_whose_outputs_are_another_nets_fails_at_start(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """P-Net's stage on O-Net's model: its three outputs would fail every frame as
+    ``postprocess_failed``."""
+    text = (ROOT / "configs" / "mtcnn.toml").read_text()
+    path = tmp_path / "pnet_on_onet.toml"
+    path.write_text(text.replace('asset = "mtcnn_pnet"', 'asset = "mtcnn_onet"', 1))
+    with pytest.raises(ConfigError, match=r"models\[0\]\.postprocess: mtcnn_pnet: .*last axes"):
+        load_chain(backend, load_config(path))
+
+
+def test_a_crops_item_stage_reading_the_frame_fails_at_start(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """R-Net's ``mtcnn_rnet`` stage alone: it crops upstream detections, has none, and every
+    frame was published with no result at all (``model`` ""); ``streamer check`` said ok."""
+    text = (ROOT / "configs" / "face_classifier.toml").read_text()
+    path = tmp_path / "rnet_alone.toml"
+    text = text.replace('kind = "mtcnn_classify"', 'kind = "mtcnn_rnet"')
+    path.write_text(text.replace("threshold = 0.7", "score_threshold = 0.7"))
+    with pytest.raises(ConfigError, match=r"models\[0\]\.input: a 'mtcnn_rnet' stage crops"):
+        load_chain(backend, load_config(path))

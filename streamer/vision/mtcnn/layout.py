@@ -58,6 +58,7 @@ __all__ = [
     "InputParams",
     "Normalize",
     "check_input",
+    "check_outputs",
     "split_outputs",
     "to_input",
     "to_tensor",
@@ -127,20 +128,35 @@ def to_input(images: np.ndarray, normalize: Normalize) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(images, -3, -2))
 
 
-def check_input(info: ModelInfo, normalize: Normalize) -> None:
+def check_input(info: ModelInfo, normalize: Normalize, size: int | None = None) -> None:
     """Refuse a model whose first input does not take what ``normalize`` sends.
 
     ``host`` sends float32 tensors; ``model`` and ``device`` send uint8 pixels with 3
     channels last, which the onnxruntime backend's rewritten graph or the ``.om``'s static
     AIPP input takes.
 
+    Args:
+        info: the loaded model.
+        normalize: where the normalisation happens (module docstring).
+        size: the side of the square crops the stage sends (R-Net 24, O-Net 48), or None
+            for a stage whose inputs take any size (P-Net) or the model's own (classify).
+
     Raises:
-        ConfigError: the model has no 4-D first input, or its dtype or channels do not fit,
-            naming the setting that makes them fit.
+        ConfigError: the model has no 4-D first input, its dtype or channels do not fit,
+            naming the setting that makes them fit, or it does not take ``size`` × ``size``
+            × 3 crops (another net's model).
     """
     if not info.inputs or len(info.inputs[0].shape) != 4:
         raise ConfigError(f"model {info.name!r}: MTCNN stages need a 4-D image input")
     tensor = info.inputs[0]
+    wanted = (size, size, 3)
+    if size is not None and any(
+        d not in (w, -1) for d, w in zip(tensor.shape[1:], wanted, strict=True)
+    ):
+        raise ConfigError(
+            f"model {info.name!r} input {tensor.name!r} is {list(tensor.shape)}: this stage "
+            f"sends {size}x{size}x3 crops (channels last); is it the stage's model?"
+        )
     pixels = tensor.dtype == np.uint8 and tensor.shape[3] in (3, -1)
     if normalize == "host" and np.issubdtype(tensor.dtype, np.floating):
         return
@@ -157,6 +173,24 @@ def check_input(info: ModelInfo, normalize: Normalize) -> None:
         f"normalize: {normalize!r} sends {sends} and {how}; model {info.name!r} input "
         f"{tensor.name!r} is {list(tensor.shape)} {tensor.dtype}"
     )
+
+
+def check_outputs(info: ModelInfo, widths: tuple[int, ...]) -> None:
+    """Refuse a model whose outputs :func:`split_outputs` could not split by ``widths``.
+
+    Raises:
+        ConfigError: the outputs are not one per width (their last-axis sizes), e.g. another
+            net's model; a dynamic last axis is not checked.
+    """
+    found = [t.shape[-1] if len(t.shape) >= 2 else None for t in info.outputs]
+    if -1 in found:
+        return
+    if len(found) != len(widths) or set(found) != set(widths):
+        shapes = {t.name: list(t.shape) for t in info.outputs}
+        raise ConfigError(
+            f"model {info.name!r}: this stage needs outputs whose last axes are "
+            f"{list(widths)}, got {shapes}; is it the stage's model?"
+        )
 
 
 def split_outputs(
