@@ -44,7 +44,27 @@ class AclSimBackend(AclBackend):
     name = "acl-sim"
     _simulated = True
 
-    def __init__(self, config: RuntimeConfig) -> None:
+    @classmethod
+    def check_options(cls, config: RuntimeConfig) -> None:
+        """Validate ``config.options`` as opening the backend would, the simulated machine's
+        cross-checks included (its devices against ``runtime.devices``, the API names of
+        ``fail_calls``), without opening it: a reload must not accept what the next start
+        refuses.
+
+        Raises:
+            ConfigError: an option is unknown or invalid, named as ``runtime.options.<key>``.
+        """
+        cls._simulator(config)
+
+    @staticmethod
+    def _simulator(config: RuntimeConfig) -> Simulator:
+        """The simulated machine ``config`` describes (nothing is opened yet).
+
+        Raises:
+            ConfigError: invalid options (``fail_calls`` naming an API the simulator lacks
+                included), a device id beyond ``sim.device_count``, or a fault on a device
+                ``runtime.devices`` does not list.
+        """
         options = parse_options(config.options, simulated=True)
         sim_options = options.sim
         assert sim_options is not None, "parse_options(simulated=True) fills it"
@@ -65,7 +85,10 @@ class AclSimBackend(AclBackend):
                 f"runtime.options.sim.device_count: {sim_options.device_count} devices, but "
                 f"runtime.devices uses device {needed - 1}"
             )
-        self.simulator = Simulator(sim_options, device_count=needed)
+        return Simulator(sim_options, device_count=needed)
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        self.simulator = self._simulator(config)
         self._findings_logged = False
         super().__init__(
             config,

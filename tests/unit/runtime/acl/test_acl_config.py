@@ -11,7 +11,7 @@ from acl_testing import MakeBackend
 
 from streamer.config import PluginConfig, RuntimeConfig
 from streamer.errors import BackendError, ConfigError
-from streamer.runtime import open_backend
+from streamer.runtime import check_runtime, open_backend
 from streamer.runtime.acl.backend import AclBackend
 from streamer.runtime.acl.constants import AclCode
 from streamer.runtime.acl.errors import AclError, check_handle, check_ret, code_name
@@ -169,6 +169,27 @@ def test_a_device_id_beyond_the_simulated_machine_is_a_config_error() -> None:
     devices until memory ran out."""
     with pytest.raises(ConfigError, match="runtime.devices: device 2147483647, but the simulator"):
         AclSimBackend(RuntimeConfig(backend="acl-sim", devices=(0, 2**31 - 1)))
+
+
+@pytest.mark.parametrize(
+    ("devices", "sim", "message"),
+    [
+        ((0,), {"fail_calls": {"acl.rt.mallok": 1}}, r"fail_calls: unknown \['acl\.rt\.mallok'\]"),
+        ((0, 1), {"device_count": 1}, "device_count: 1 devices, but runtime.devices uses device 1"),
+        ((0,), {"device_lost_after_n_executes": {"7": 3}}, r"devices \[7\] are not in"),
+        ((2**31 - 1,), {}, "runtime.devices: device 2147483647, but the simulator"),
+    ],
+)
+def test_options_the_simulator_refuses_are_refused_without_opening_it(
+    devices: tuple[int, ...], sim: dict[str, Any], message: str
+) -> None:
+    """A SIGHUP checks [runtime] with check_runtime: these passed it (`reload_needs_restart`)
+    and the next start then exited 2 on them."""
+    config = RuntimeConfig(backend="acl-sim", devices=devices, options={"sim": sim})
+    with pytest.raises(ConfigError, match=message):
+        check_runtime(config)
+    with pytest.raises(ConfigError, match=message):
+        open_backend(config)
 
 
 def test_registry_opens_acl_sim() -> None:
