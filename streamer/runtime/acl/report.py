@@ -5,8 +5,9 @@ resnet50_async_imagenet_classification/src/acl_net.py``; seeds, async inference 
 the thread → in the thread ``acl.rt.set_context`` (a new thread has no context) →
 ``acl.rt.subscribe_report(thread_id, stream)`` → loop ``acl.rt.process_report(timeout_ms)``.
 Shutdown: ``synchronize_stream`` (by the owner; no callback is pending after it) → exit flag →
-``unsubscribe_report`` → join. The flag is set just before unsubscribing, so the loop never
-calls ``process_report`` on an unsubscribed thread. Callbacks run on this thread; it never
+``unsubscribe_report`` → join. The flag is set just before unsubscribing, so the loop starts
+no turn after it; a turn already in ``process_report`` (or just past the flag's check) may end
+with an error, which is ignored once stopping. Callbacks run on this thread; it never
 raises: an error is recorded in :attr:`ReportThread.error` for the thread that owns the work.
 
 The thread is a named ``threading.Thread`` rather than ``acl.util.start_thread``: pyACL's
