@@ -107,7 +107,8 @@ def _check_restart_settings(config: Config, changed: Sequence[str]) -> None:
 
 _REDUCE_MARGIN = 2
 """A reduced decode keeps at least this many image pixels per model-input pixel, so the final
-resize still averages (INTER_AREA) and detections stay within a pixel of a full decode."""
+resize still averages (INTER_AREA) and detections stay within about a model-input pixel of a
+full decode (measured on faces from 513x932 to 4000x3000: 0.04 to 1.0, most under 0.5)."""
 
 
 def _reduced_decode(frame: Frame, stage: ModelStage, limits: DecodeLimits, keep: bool) -> bool:
@@ -123,8 +124,10 @@ def _reduced_decode(frame: Frame, stage: ModelStage, limits: DecodeLimits, keep:
     image, factor, size = decode_jpeg_reduced(frame.payload, frame.header, limits, cover)
     frame.payload = None
     frame.width, frame.height = size
-    frame.tensor, transform = letterbox(image)
-    frame.transform = transform.enlarged(factor, *size) if factor > 1 else transform
+    if factor > 1:
+        frame.tensor, frame.transform = letterbox.reduced(image, factor, *size)
+    else:
+        frame.tensor, frame.transform = letterbox(image)
     frame.prepared_at_ns = time.monotonic_ns()
     return True
 

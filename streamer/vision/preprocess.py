@@ -78,7 +78,8 @@ class LetterboxTransform:
         pad_x, pad_y: left and top border widths, model-input pixels.
         input_width, input_height: model input size, pixels.
         image_width, image_height: decoded image size, pixels.
-        resized_width, resized_height: the resized image inside the input, pixels (derived).
+        resized_width, resized_height: the resized image inside the input, pixels: derived
+            from ``scale`` when not given (0).
     """
 
     scale: float
@@ -88,15 +89,15 @@ class LetterboxTransform:
     input_height: int
     image_width: int
     image_height: int
-    resized_width: int = field(init=False, repr=False, compare=False)
-    resized_height: int = field(init=False, repr=False, compare=False)
+    resized_width: int = field(default=0, repr=False, compare=False)
+    resized_height: int = field(default=0, repr=False, compare=False)
     _pad: np.ndarray = field(init=False, repr=False, compare=False)
     _ratio: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Derived once: postprocessing maps every detection through them.
-        width = _resized(self.image_width, self.scale, self.input_width)
-        height = _resized(self.image_height, self.scale, self.input_height)
+        width = self.resized_width or _resized(self.image_width, self.scale, self.input_width)
+        height = self.resized_height or _resized(self.image_height, self.scale, self.input_height)
         object.__setattr__(self, "resized_width", width)
         object.__setattr__(self, "resized_height", height)
         object.__setattr__(self, "_pad", np.array([self.pad_x, self.pad_y], np.float64))
@@ -117,8 +118,15 @@ class LetterboxTransform:
     def enlarged(self, factor: int, image_width: int, image_height: int) -> LetterboxTransform:
         """The same placement for an image ``factor`` times larger (``image_width`` ×
         ``image_height`` pixels) than the one letterboxed, so coordinates map to full-frame
-        pixels after a reduced-size decode (off by less than ``factor`` / 2 pixels)."""
-        return LetterboxTransform(
+        pixels after a reduced-size decode.
+
+        A reduced pixel ``i`` covers full pixels ``[factor * i, factor * i + factor)`` (libjpeg's
+        scaled decode; the last one fewer when the size is not a multiple of ``factor``), so
+        the map is this one's times ``factor``, and the resized size is the one the tensor
+        has: a size rounded again from the full image's differs by a pixel for some sizes
+        (513 x 932 at 1/2), which would move boxes by 1 % of their distance from the origin.
+        """
+        enlarged = LetterboxTransform(
             self.scale / factor,
             self.pad_x,
             self.pad_y,
@@ -126,7 +134,11 @@ class LetterboxTransform:
             self.input_height,
             image_width,
             image_height,
+            self.resized_width,
+            self.resized_height,
         )
+        object.__setattr__(enlarged, "_ratio", self._ratio / factor)
+        return enlarged
 
     def to_image(self, xy: np.ndarray) -> np.ndarray:
         """Map model-input pixel coordinates to image pixels.
@@ -285,7 +297,43 @@ class Letterbox:
         """
         h, w = image.shape[:2]
         height, width = self.choose_size(w, h)
-        transform = LetterboxTransform.fit(w, h, width, height)
+        return self._place(image, LetterboxTransform.fit(w, h, width, height))
+
+    def reduced(
+        self, image: np.ndarray, factor: int, full_width: int, full_height: int
+    ) -> tuple[np.ndarray, LetterboxTransform]:
+        """Letterbox a JPEG decoded at 1/``factor`` of its ``full_width`` x ``full_height``
+        pixels (libjpeg's scaled decode, :func:`~streamer.vision.decode.decode_jpeg_reduced`)
+        into the size and place the full decode's letterbox gives it, so the model sees the
+        full decode's geometry (a size rounded from the reduced one differs by a pixel for some
+        sizes, e.g. 71 columns of 128 for 513 x 932 instead of 70, and moves detections by a
+        model-input pixel and more).
+
+        Returns:
+            The tensor, as :meth:`__call__` gives it, and the transform to full-image pixels.
+        """
+        h, w = image.shape[:2]
+        height, width = self.choose_size(full_width, full_height)
+        full = LetterboxTransform.fit(full_width, full_height, width, height)
+        placed = LetterboxTransform(
+            full.scale * factor,
+            full.pad_x,
+            full.pad_y,
+            width,
+            height,
+            w,
+            h,
+            full.resized_width,
+            full.resized_height,
+        )
+        tensor, _ = self._place(image, placed)
+        return tensor, placed.enlarged(factor, full_width, full_height)
+
+    def _place(
+        self, image: np.ndarray, transform: LetterboxTransform
+    ) -> tuple[np.ndarray, LetterboxTransform]:
+        """The tensor of ``image`` resized and placed as ``transform`` says, and it."""
+        height, width = transform.input_height, transform.input_width
         resized = _resize(image, transform)
         rows = slice(transform.pad_y, transform.pad_y + transform.resized_height)
         cols = slice(transform.pad_x, transform.pad_x + transform.resized_width)

@@ -77,6 +77,42 @@ def test_round_trip(w: int, h: int) -> None:
     assert np.allclose(corners, [[t.pad_x, t.pad_y], [right, bottom]])
 
 
+@pytest.mark.parametrize(("w", "h", "factor"), [(513, 932, 2), (3001, 2047, 4), (1280, 720, 2)])
+def test_enlarged_maps_a_reduced_pixel_to_factor_full_pixels(w: int, h: int, factor: int) -> None:
+    """libjpeg's reduced pixel i covers full pixels [k * i, k * i + k): the enlarged map is
+    the reduced image's times k, also where the full size is not a multiple of k."""
+    reduced = LetterboxTransform.fit(-(-w // factor), -(-h // factor), 128, 128)
+    enlarged = reduced.enlarged(factor, w, h)
+    points = np.random.default_rng(0).uniform(0, 128, (50, 2))
+    assert np.allclose(enlarged.to_image(points), reduced.to_image(points) * factor)
+    assert (enlarged.image_width, enlarged.image_height) == (w, h)
+
+
+@pytest.mark.parametrize(("w", "h", "factor"), [(513, 932, 2), (932, 513, 2), (3001, 2047, 4)])
+def test_reduced_is_placed_as_the_full_image(w: int, h: int, factor: int) -> None:
+    """A reduced decode is letterboxed into the full decode's size and place (513 x 932
+    rounds to 71 columns at 257 x 466, 70 at the full size), mapped to full-image pixels."""
+    letterbox = _letterbox()
+    assert isinstance(letterbox, Letterbox)
+    image = np.random.default_rng(1).integers(0, 256, (-(-h // factor), -(-w // factor), 3))
+    tensor, t = letterbox.reduced(image.astype(np.uint8), factor, w, h)
+    full = LetterboxTransform.fit(w, h, 128, 128)
+    assert (t.resized_width, t.resized_height, t.pad_x, t.pad_y) == (
+        full.resized_width,
+        full.resized_height,
+        full.pad_x,
+        full.pad_y,
+    )
+    pad = _reference(np.zeros((1, 1, 3), np.uint8))[:, 0, 0]
+    inside = np.zeros((128, 128), bool)
+    inside[t.pad_y : t.pad_y + t.resized_height, t.pad_x : t.pad_x + t.resized_width] = True
+    assert np.allclose(tensor[:, ~inside], pad[:, None]) and not np.allclose(tensor[:, inside], -1)
+    right, bottom = t.pad_x + t.resized_width, t.pad_y + t.resized_height
+    reduced_h, reduced_w = image.shape[:2]
+    corners = t.to_image(np.array([[t.pad_x, t.pad_y], [right, bottom]]))
+    assert np.allclose(corners, [[0, 0], [reduced_w * factor, reduced_h * factor]])
+
+
 def test_normalized_coordinates() -> None:
     t = LetterboxTransform.fit(176, 144, 128, 128)
     centre = t.normalized_to_image(np.array([0.5, 0.5]))
