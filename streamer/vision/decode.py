@@ -106,10 +106,10 @@ def decode_image(
 
     Raises:
         FrameError: as :func:`check_payload`, and ``decode_failed`` (corrupt or truncated
-            payload; measured with OpenCV 4.14 and 5.0, a JPEG whose bytes end before its
-            final 2-byte EOI marker is rejected; the marker is not looked for, so padding in
-            its place may decode) or ``unsupported_dtype`` (an encoded image with
-            samples that are neither 8- nor 16-bit).
+            payload; measured with OpenCV 4.14 and 5.0, a JPEG that ends before its final
+            2-byte EOI marker is almost always rejected; the marker is not looked for, so a
+            whole scan with padding in its place decodes) or ``unsupported_dtype`` (an
+            encoded image with samples that are neither 8- nor 16-bit).
     """
     check_payload(encoding, payload, fields, limits)
     data = _bytes_view(payload)
