@@ -88,8 +88,8 @@ def test_ctrl_c_while_children_are_stopped_stops_them_all_first(tmp_path: Path) 
 DEAF = [
     sys.executable,
     "-c",
-    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('{}',"
-    " flush=True); time.sleep(60)",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    ' print(\'{"event": "ready"}\', flush=True); time.sleep(60)',
 ]
 
 
@@ -108,10 +108,7 @@ class _InterruptedTwice:
 def test_a_second_ctrl_c_kills_what_is_still_stopping(tmp_path: Path) -> None:
     """Each stop waited up to 30 s for its child to exit, however often Ctrl-C came."""
     deaf = Child(DEAF, tmp_path / "a.log")
-    assert deaf.process.stdout is not None
-    while not deaf.lines:  # its SIGTERM handler is set once it has printed
-        assert deaf.process.poll() is None
-        time.sleep(0.01)
+    deaf.wait_event("ready", 30)  # its SIGTERM handler is set
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         stop_all([_InterruptedTwice(deaf)])
