@@ -33,7 +33,12 @@ prepared as they are admitted.
 
 The policies share one queue, and each applies to its own ingress's frames: a frame that came
 in under ``block`` is never dropped to make room for another ingress's; when only such frames
-are queued, a ``drop_oldest`` or ``latest`` frame is dropped itself (``queue_full``).
+are queued, a ``drop_oldest`` or ``latest`` frame is dropped itself (``queue_full``). A frame
+that failed on arrival (``bad_header``, ``too_large``, ``too_many_sources``, ...) is kept the
+same way under every policy, neither dropped to make room nor superseded: it costs no
+preparation, and its error result is published (a ``rep`` or ``router`` reply has already
+told its sender it was refused, not dropped); it is dropped only at once, when the queue is
+full of kept frames.
 
 Dropped frames have their pending preprocessing cancelled, are counted with their reason and
 are reported to ``on_drop`` (egress's reorder buffer, so the source's stream does not wait for
@@ -114,7 +119,7 @@ class AdmissionQueue(Mailbox):
         self._preparing = 0
         self._switching = False
         self._reserved = 0  # places of block frames being prepared
-        self._kept: set[Frame] = set()  # queued frames that came in under block
+        self._kept: set[Frame] = set()  # queued frames never dropped: block ones, failed ones
         self._prepare_ahead = 1
         self.prepare_ahead = prepare_ahead
         self._started: dict[Frame, FullPolicy] = {}  # drop_oldest / latest, preparation began
@@ -246,7 +251,7 @@ class AdmissionQueue(Mailbox):
             return Reason.QUEUE_FULL
         self._frames += 1
         self._newest[frame.source] = frame
-        if policy == "block":
+        if policy == "block" or frame.error is not None:
             self._kept.add(frame)
         elif waiting:
             self._waiting[frame] = policy
@@ -373,8 +378,8 @@ class AdmissionQueue(Mailbox):
             self._drop(older, Reason.SUPERSEDED)
 
     def _drop_oldest(self) -> bool:
-        """Drop the oldest queued frame that did not come in under ``block``, one outside the
-        window of frames being prepared first; False if there is none."""
+        """Drop the oldest queued frame that is not kept (came in under ``block``, or failed),
+        one outside the window of frames being prepared first; False if there is none."""
         oldest = self._oldest_droppable()
         if oldest is None:
             return False
@@ -385,7 +390,7 @@ class AdmissionQueue(Mailbox):
 
     def _oldest_droppable(self) -> Frame | None:
         """Under the lock, in one pass from the head (it stops at the first frame outside the
-        window): the oldest non-``block`` frame outside the window, else the oldest one."""
+        window): the oldest frame not kept outside the window, else the oldest one."""
         first: Frame | None = None
         for item in self._items:
             if isinstance(item, Frame) and item not in self._kept:

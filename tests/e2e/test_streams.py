@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from pathlib import Path
@@ -99,6 +100,43 @@ def test_drop_oldest_under_overload_keeps_each_source_in_order(
     final = daemon.final_counts()
     assert final["reorder_gave_up"] == 0 and final["reorder_late"] == 0
     assert final["received"] == final["published"] + final["dropped"]
+
+
+def test_frames_refused_on_arrival_are_published_under_drop_oldest_overload(
+    tmp_path: Path, connect: Any, carphone_frames: list[np.ndarray]
+) -> None:
+    """Frames refused on arrival (a header with no encoding: bad_header, named by its
+    source and seq) among a flood to a drop_oldest ingress get their error results, as the
+    README says of every refused frame: a full queue makes room with frames waiting for a
+    decode, never with them (it dropped every one of them as queue_full)."""
+
+    def drop_oldest(text: str) -> str:
+        return text.replace('on_full = "block"', 'on_full = "drop_oldest"')
+
+    daemon = shipped("default.toml", tmp_path, drop_oldest)
+    client: Client = connect(daemon)
+    count, refused = 3000, 0
+    for seq in range(count):
+        client.send_parts(encode_frame("cam", seq, carphone_frames[seq % 120], encoding="raw"))
+        if seq % 30 == 29:
+            header = json.dumps({"v": 1, "source": "bad", "seq": refused}).encode()
+            client.send_parts([header, b"pixels"])
+            refused += 1
+    client.send_parts(encode_eos("cam", count - 1))
+    errors = []
+    while True:
+        batch = client.collect(1, 120)
+        assert batch, f"no eos for cam after {len(errors)} error results"
+        if batch[0]["source"] == "bad":
+            errors.append((batch[0]["seq"], batch[0]["error"]["reason"]))
+        elif batch[0].get("eos"):
+            break
+    assert errors == [(seq, "bad_header") for seq in range(refused)]
+    assert daemon.stop() == 0
+    final = daemon.final_counts()
+    assert final["failed_by_reason"] == {"bad_header": refused}
+    assert final["dropped_by_reason"].get("queue_full", 0) > 0  # the queue was full
+    assert final["received"] == final["published"] + final["failed"] + final["dropped"]
 
 
 def test_clips_on_one_source_keep_their_order_across_ends_of_stream(

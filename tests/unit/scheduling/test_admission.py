@@ -357,3 +357,24 @@ def test_a_frame_of_a_source_beyond_max_sources_is_queued_failed_unprepared() ->
     assert (b0.order, b0.pending, eos.order) == (-1, None, -1)
     assert prepared == [a0, a1] and (a0.order, a1.order) == (0, 1)
     assert counts.snapshot().dropped == {}
+
+
+def test_frames_failed_on_arrival_are_neither_dropped_for_room_nor_superseded() -> None:
+    """Under drop_oldest and latest a frame refused on arrival keeps its place, as a block
+    frame does: its error result is published (a rep reply has told its sender "refused",
+    not "dropped"). Frames waiting for a decode make the room; with only kept frames queued,
+    the newcomer is dropped."""
+    admission, counts, dropped, _ = make(capacity=2)  # a window of 1
+    refused = []
+    for seq in range(2):
+        broken = frame("bad", seq)
+        broken.fail(FrameError(Reason.BAD_HEADER, "x"))
+        refused.append(broken)
+    assert admission.offer(refused[0], "drop_oldest") is None
+    assert admission.offer(frame("cam", 0), "drop_oldest") is None  # prepared in the window
+    assert admission.offer(frame("cam", 1), "drop_oldest") is None  # drops cam 0, not bad 0
+    assert admission.offer(refused[1], "latest") is None  # supersedes no bad 0; drops cam 1
+    assert admission.offer(frame("cam", 2), "drop_oldest") == "queue_full"
+    assert [(f.source, f.seq) for f in dropped] == [("cam", 0), ("cam", 1), ("cam", 2)]
+    assert admission.take(8, 1) == refused
+    assert counts.snapshot().dropped == {"queue_full": 3}
