@@ -309,6 +309,12 @@ class Letterbox:
         sizes, e.g. 71 columns of 128 for 513 x 932 instead of 70, and moves detections by a
         model-input pixel and more).
 
+        Args:
+            image: the reduced decode, uint8 (height, width, 3) BGR, each side the full one's
+                divided by ``factor``, rounded up.
+            factor: the reduction, 2, 4 or 8.
+            full_width, full_height: the JPEG's own size, pixels.
+
         Returns:
             The tensor, as :meth:`__call__` gives it, and the transform to full-image pixels.
         """
