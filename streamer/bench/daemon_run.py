@@ -4,8 +4,10 @@
 result it publishes (:class:`~streamer.bench.capture.ResultCapture`) and runs loads
 against it (:meth:`DaemonUnderTest.run`): a producer process (:mod:`.feed` ``push``) sends
 the frames, unpaced (as fast as ``on_full = "block"`` lets it) or at a fixed rate, from one
-or more sources, each on its own connection. A run's throughput is its frames with a result
-÷ (last result's arrival − first send); a frame's latency is its result's arrival − its
+or more sources, each on its own connection. A run's throughput is its steady rate
+(:func:`~streamer.bench.stats.steady_fps`: results per second while the producer was
+sending, once the pipeline filled), and its whole-run rate is kept beside it: frames with
+a result ÷ (last result's arrival − first send); a frame's latency is its result's arrival − its
 send (the ``ts`` its header carried), as a producer would see it, and the daemon's own
 ``latency_ms.total`` (receive → sent) is kept beside it. ``/metrics`` and the CPU time of
 every daemon thread are read before and after each run, and their differences become the
@@ -36,7 +38,7 @@ from streamer.bench.machine import idle_cores, machine_idle_s
 from streamer.bench.profile import Profile, Profiler
 from streamer.bench.scrape import MetricsDelta, scrape
 from streamer.bench.stages import StageReport, stage_report
-from streamer.bench.stats import Latency, RunResult
+from streamer.bench.stats import Latency, RunResult, steady_fps
 from streamer.bench.threads import thread_cpu_ns, thread_names
 from streamer.errors import StreamerError
 
@@ -238,7 +240,7 @@ class DaemonUnderTest:
         idle = None if load.rate_fps else _idle_since_first_send(report)
         profile = _stop_profiler(profiler)
         after = _Probe.take(pid, url)
-        parsed = _Parsed.of(self._capture.take(sources), report["first_send"])
+        parsed = _Parsed.of(self._capture.take(sources), report["first_send"], report["last_send"])
         stages = stage_report(
             after.cpu_since(before),
             thread_names(pid),
@@ -249,7 +251,12 @@ class DaemonUnderTest:
             applied_rows_per_run(self._child.lines, self.rows_per_run),
         )
         run = RunResult.of(
-            load.mode, parsed.frames, parsed.seconds, parsed.latencies_ms, parsed.failed
+            load.mode,
+            parsed.frames,
+            parsed.seconds,
+            parsed.latencies_ms,
+            parsed.failed,
+            parsed.steady_fps,
         )
         detail = self._detail(load, parsed, report, stages, profile, subscriber_cpu_s)
         return replace(run, idle_cores=idle), detail
@@ -327,11 +334,13 @@ class _Parsed:
     seconds: float
     latencies_ms: list[float]
     daemon_ms: list[float]
+    steady_fps: float | None
 
     @classmethod
-    def of(cls, results: list[tuple[float, bytes]], first_send: float) -> _Parsed:
-        """Parse ``(arrival, body)`` pairs; end-of-stream results are skipped."""
-        latencies, daemon, failed, last = [], [], 0, first_send
+    def of(cls, results: list[tuple[float, bytes]], first_send: float, last_send: float) -> _Parsed:
+        """Parse ``(arrival, body)`` pairs; end-of-stream results are skipped. The
+        producer's first and last send (Unix s) bound the run and its steady part."""
+        latencies, daemon, arrivals, failed, last = [], [], [], 0, first_send
         for arrival, body in results:
             result = json.loads(body)
             if result.get("eos"):
@@ -342,4 +351,6 @@ class _Parsed:
                 continue
             latencies.append((arrival - result["ts"]) * 1000)
             daemon.append(result["latency_ms"]["total"])
-        return cls(len(latencies), failed, last - first_send, latencies, daemon)
+            arrivals.append(arrival)
+        steady = steady_fps(arrivals, last_send)
+        return cls(len(latencies), failed, last - first_send, latencies, daemon, steady)

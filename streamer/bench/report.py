@@ -105,6 +105,8 @@ def format_report(report: BenchReport) -> str:
 
 _NOTE = (
     "each mode: the best of its rounds (the fastest; for a paced run, the lowest p99); "
+    "a daemon's frames/s is its steady rate, while its producer sent, once the first tenth "
+    "of its results were in (whole run = from its first frame sent to its last result); "
     "others = CPU cores other processes used during it; idle = CPU cores left idle from an "
     "unpaced daemon run's first frame sent to its last result"
 )
@@ -123,7 +125,7 @@ def _modes(item: InputReport) -> list[str]:
     header = f"{item.name} ({item.width}x{item.height} {item.encoding})"
     lines = [
         f"{header:54} {'frames/s':>9} {'x limit':>7} {'p50 ms':>8} {'p95 ms':>8} "
-        f"{'p99 ms':>8} {'others':>6} {'idle':>5}"
+        f"{'p99 ms':>8} {'others':>6} {'idle':>5} {'whole run':>9}"
     ]
     lines.append(_mode_line(f"limit (batch {item.limit.batch_size})", item.limit.fps, item.limit))
     for mode, run in item.runs.items():
@@ -148,9 +150,10 @@ def _mode_line(label: str, fps: float, limit: Limit, run: RunResult | None = Non
         return line
     latency = run.latency
     percentiles = (latency.p50_ms, latency.p95_ms, latency.p99_ms) if latency else (None,) * 3
-    cells: tuple[float | None, ...] = (*percentiles, run.others_cores, run.idle_cores)
+    cells = (*percentiles, run.others_cores, run.idle_cores)
     widths = (8, 8, 8, 6, 5)
-    return line + "".join(f" {_cell(v, width, 2)}" for v, width in zip(cells, widths, strict=True))
+    line += "".join(f" {_cell(v, width, 2)}" for v, width in zip(cells, widths, strict=True))
+    return f"{line} {_cell(run.whole_run_fps, 9, 1)}"
 
 
 def _components(components: Components) -> list[str]:

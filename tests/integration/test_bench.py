@@ -43,6 +43,8 @@ def test_quick_bench_runs_every_mode_and_writes_the_report(
         for mode, run in item["runs"].items():
             assert 0 < run["frames"] <= FRAMES and run["failed"] == 0, (item["name"], mode, run)
             assert run["latency"]["p99_ms"] >= run["latency"]["p50_ms"] > 0
+            if not mode.startswith("daemon"):  # no pipeline to fill: the whole run is steady
+                assert run["whole_run_fps"] is None, (mode, run)
             if mode.startswith("daemon") and mode != "daemon_half_rate":  # 10 ms ticks
                 assert 0 <= run["idle_cores"] <= report["settings"]["cores"] + 1, (mode, run)
             else:  # not a daemon, or paced: idle by design
