@@ -732,8 +732,9 @@ _KEY_PATHS = ("curve_secret_key_file", "curve_clients_dir")
 
 
 def _resolve_key_paths(data: dict[str, Any], folder: Path) -> None:
-    """Make the relative CURVE key paths of the ``[[ingress]]`` and ``[[egress]]`` tables
-    relative to ``folder`` (the config file's), as model paths are; ``~`` is expanded."""
+    """Make the relative CURVE key paths of the ``[[ingress]]`` and ``[[egress]]`` tables, and
+    the ACL backends' ``runtime.options.acl_config_path``, relative to ``folder`` (the config
+    file's), as model paths are; ``~`` is expanded."""
     for table in ("ingress", "egress"):
         entries = data.get(table)
         for entry in entries if isinstance(entries, list) else []:
@@ -741,6 +742,13 @@ def _resolve_key_paths(data: dict[str, Any], folder: Path) -> None:
                 value = entry.get(key) if isinstance(entry, dict) else None
                 if isinstance(value, str) and value:
                     entry[key] = str(folder / _expanded(value, f"{table}.{key}"))
+    runtime = data.get("runtime")
+    options = runtime.get("options") if isinstance(runtime, dict) else None
+    if isinstance(options, dict):
+        value = options.get("acl_config_path")
+        if isinstance(value, str) and value:
+            key = "runtime.options.acl_config_path"
+            options["acl_config_path"] = str(folder / _expanded(value, key))
 
 
 def _expanded(path: str, key: str) -> Path:

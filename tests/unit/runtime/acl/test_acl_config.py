@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from acl_testing import MakeBackend
 
-from streamer.config import PluginConfig, RuntimeConfig
+from streamer.config import PluginConfig, RuntimeConfig, load_config
 from streamer.errors import BackendError, ConfigError
 from streamer.runtime import check_runtime, open_backend
 from streamer.runtime.acl.backend import AclBackend
@@ -196,6 +196,24 @@ def test_registry_opens_acl_sim() -> None:
     with open_backend(RuntimeConfig(backend="acl-sim")) as backend:
         assert isinstance(backend, AclSimBackend) and backend.name == "acl-sim"
         assert backend.queue_mode_available
+
+
+def test_a_relative_acl_config_path_is_taken_from_the_config_folder(tmp_path: Path) -> None:
+    """As README says of relative file paths in a config: the acl.json that acl.init reads
+    sits beside the config file, not in the daemon's working directory."""
+    (tmp_path / "etc").mkdir()
+    config_file = tmp_path / "etc" / "streamer.toml"
+    config_file.write_text(
+        '[[ingress]]\nuri = "pull+bind:tcp://127.0.0.1:5555"\n'
+        '[[egress]]\nuri = "pub+bind:tcp://127.0.0.1:5556"\n'
+        '[runtime]\nbackend = "acl-sim"\n[runtime.options]\nacl_config_path = "acl.json"\n'
+        '[[models]]\nname = "face"\npath = "face.om"\n'
+        'preprocess = { kind = "letterbox" }\npostprocess = { kind = "blazeface" }\n'
+    )
+    with open_backend(load_config(config_file).runtime) as backend:
+        assert isinstance(backend, AclSimBackend)
+        inits = backend.simulator.log.calls("acl.init")
+    assert [call.args for call in inits] == [(str(tmp_path.resolve() / "etc" / "acl.json"),)]
 
 
 def test_acl_without_pyacl_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
