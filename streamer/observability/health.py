@@ -10,6 +10,9 @@
   client library's own handler negotiates them) of :class:`~streamer.observability.metrics.
   PipelineMetrics`.
 
+``HEAD`` answers each path as ``GET`` does, without the body: a load balancer's health check
+may use it (HAProxy's ``http-check send meth HEAD``), and a 501 there would read as down.
+
 The server is the standard library's threading HTTP server on its own thread; each request
 runs on a short-lived thread with a socket timeout, so a slow client cannot block a probe,
 and those threads are not waited for at stop, so a client that trickles its request (each
@@ -135,6 +138,15 @@ class _Handler(MetricsHandler):
         else:
             self._reply(404, {"error": f"no {path}", "paths": ["/healthz", "/readyz", "/metrics"]})
 
+    def do_HEAD(self) -> None:
+        """The ``GET`` answer's status and headers, without its body (RFC 9110, 9.3.2)."""
+        stream = self.wfile
+        self.wfile = _HeadersOnly(stream)  # type: ignore[assignment]
+        try:
+            self.do_GET()
+        finally:
+            self.wfile = stream
+
     def _reply(self, code: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
@@ -142,6 +154,24 @@ class _Handler(MetricsHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+class _HeadersOnly:
+    """A response stream that passes the status line and headers (written at once by
+    ``end_headers``) and discards what follows: a ``HEAD`` answer's body."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._headers_sent = False
+
+    def write(self, data: bytes) -> int:
+        if self._headers_sent:
+            return len(data)
+        self._headers_sent = True
+        return int(self._stream.write(data))
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 class _Server(ThreadingHTTPServer):

@@ -102,6 +102,36 @@ def test_the_endpoints(server: tuple[HealthServer, HealthState]) -> None:
     assert code == 404 and json.loads(body)["paths"] == ["/healthz", "/readyz", "/metrics"]
 
 
+def head(url: str) -> tuple[int, str, str, bytes]:
+    """Status, content type, content length and body of a HEAD, error statuses included."""
+    request = urllib.request.Request(url, method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            headers, body = response.headers, response.read()
+            return response.status, headers["Content-Type"], headers["Content-Length"], body
+    except urllib.error.HTTPError as error:
+        with error:
+            headers, body = error.headers, error.read()
+            return error.code, headers["Content-Type"], headers["Content-Length"], body
+
+
+def test_head_answers_as_get_without_the_body(server: tuple[HealthServer, HealthState]) -> None:
+    """A load balancer's health check may send HEAD: it got 501 (read as down)."""
+    http, health = server
+    base = f"http://127.0.0.1:{http.port}"
+    assert head(base + "/readyz")[:2] == (503, "application/json")
+    health.set_status(Status.RUNNING)
+    health.tick(time.monotonic(), 0.0)
+    for path in ("/healthz", "/readyz"):
+        code, kind, length, body = head(base + path)
+        assert (code, kind, body) == (200, "application/json", b"")
+        assert int(length) == len(get(base + path)[2])
+    code, kind, _, body = head(base + "/metrics")
+    assert code == 200 and kind.startswith("text/plain") and body == b""
+    assert head(base + "/nothing")[0] == 404
+    assert "demo_things_total 3.0" in get(base + "/metrics")[2]  # GET still has its body
+
+
 def test_a_name_filtered_scrape_has_the_process_series() -> None:
     """``name[]`` filters reach collectors that cannot name their series up front."""
     metrics = PipelineMetrics()
