@@ -59,7 +59,7 @@ from streamer.observability.progress import ProgressMonitor, status_line
 from streamer.observability.systemd import Notifier
 from streamer.pipeline import Pipeline
 from streamer.pipeline_reload import PipelineReload
-from streamer.release import close_logged
+from streamer.release import abandoned, close_logged
 from streamer.reload_progress import ReloadProgress
 from streamer.signals import DAEMON_SIGNALS, SignalFlag, release_daemon_signals
 
@@ -124,9 +124,11 @@ def exit_daemon(code: int) -> NoReturn:
     """End the process with the daemon's exit ``code``.
 
     A thread stuck in native code (a model execution on a hung device, which the drain gave
-    up on) would keep the interpreter waiting at exit without end, until systemd kills it:
-    then, with the final log line written and everything else released, the process ends at
-    once (``os._exit``) with exit code 1, logged as ``exit_forced``.
+    up on) would keep the interpreter waiting at exit without end, until systemd kills it,
+    and work abandoned in native code (:func:`~streamer.release.abandon`) would abort the
+    process if it returned while the interpreter finalises: then, with the final log line
+    written and everything else released, the process ends at once (``os._exit``) with
+    exit code 1, logged as ``exit_forced``.
     """
     for signum in DAEMON_SIGNALS:  # the handlers go as the interpreter ends: a late SIGHUP
         signal.signal(signum, signal.SIG_IGN)  # would end it with "Hangup" instead of ``code``
@@ -134,10 +136,11 @@ def exit_daemon(code: int) -> NoReturn:
     stuck = [
         f"{t.name}/{t.native_id}" for t in threading.enumerate() if t is not main and not t.daemon
     ]
-    if not stuck:
+    left = abandoned()
+    if not stuck and not left:
         sys.exit(code)
     code = code or EXIT_FATAL
-    _log.error("exit_forced", threads=stuck, code=code)
+    _log.error("exit_forced", threads=stuck, abandoned=left, code=code)
     LOG_WRITER.flush(EXIT_FLUSH_S)  # os._exit runs no atexit handler
     sys.stdout.flush()
     sys.stderr.flush()

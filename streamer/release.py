@@ -5,18 +5,27 @@ what is released after it nor hide why the daemon was stopping: :func:`close_all
 every close and raises the first failure at the end, and :func:`close_logged` turns a
 failure into an ``error`` log line where an exception is already propagating or the
 daemon must go on serving.
+
+What cannot be released at all, work left running in native code (a model execution on a
+hung device, a ``session.run`` that does not return), is recorded with :func:`abandon`: the
+process must then end without finalising the interpreter (:func:`abandoned`), because a
+thread that comes back from C++ code into a finalising interpreter is ended by a forced
+unwind, which C++ catch-all handlers turn into ``std::terminate`` (SIGABRT, exit 134).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
 
-__all__ = ["close_all", "close_logged"]
+__all__ = ["abandon", "abandoned", "close_all", "close_logged"]
 
 _log = structlog.get_logger(__name__)
+_abandoned: list[str] = []
+_abandoned_lock = threading.Lock()
 
 
 def close_all(closes: Iterable[Callable[[], Any]]) -> None:
@@ -48,3 +57,16 @@ def close_logged(close: Callable[[], Any], what: str) -> bool:
         _log.error("release_failed", resource=what, error=f"{type(exc).__name__}: {exc}")
         return False
     return True
+
+
+def abandon(what: str) -> None:
+    """Record work left running in native code, described by ``what`` (e.g. the model and
+    its thread): the process ends at once when the daemon exits (module docstring)."""
+    with _abandoned_lock:
+        _abandoned.append(what)
+
+
+def abandoned() -> list[str]:
+    """What :func:`abandon` recorded, in order."""
+    with _abandoned_lock:
+        return list(_abandoned)

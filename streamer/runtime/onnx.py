@@ -45,6 +45,7 @@ from streamer.errors import (
     ModelError,
     Reason,
 )
+from streamer.release import abandon
 from streamer.runtime.base import (
     DYNAMIC,
     Backend,
@@ -355,6 +356,7 @@ class OnnxModel(QueueModel):
         self._worker.join(_CLOSE_TIMEOUT_S)
         if self._worker.is_alive():
             _log.error("model_close_timeout", model=self.info.name, timeout_s=_CLOSE_TIMEOUT_S)
+            abandon(f"model {self.info.name!r}: {self._worker.name}/{self._worker.native_id}")
 
     def _run(self, session: ort.InferenceSession) -> None:
         while (inputs := self._pending.get()) is not None:

@@ -322,7 +322,8 @@ def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
     """SIGTERM while executions hang on the device: the model is abandoned instead of freeing
     the memory they use (the simulator reports such a use-after-free as
     ``acl_sim_task_failed``), the device is neither synchronised nor reset, and the daemon
-    logs its final counts and exits 1 without waiting the executions out. Not sync mode:
+    logs its final counts and exits 1 without waiting the executions out, nor finalising the
+    interpreter under them (an execution returning then would abort the process). Not sync mode:
     pyACL's ``acl.mdl.execute`` holds the GIL, so a hung one stops the whole process until
     the watchdog ends it; the simulator, which does not hold the GIL, cannot show that."""
     settings = backend_settings(f"acl-sim-{mode}", assets["blazeface_short_range"], tmp_path)
@@ -340,6 +341,8 @@ def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
     assert abandoned["mode"] == mode and abandoned["device"] == 0
     assert "acl_device_abandoned" in events and "acl_finalize_skipped" in events
     assert "acl_sim_task_failed" not in events
+    forced = next(e for e in daemon.logs if e.get("event") == "exit_forced")
+    assert forced["abandoned"] == ["model 'face' on device 0"] and forced["code"] == 1
     final = daemon.final_counts()
     assert final["drained"] is False and final["received"] == 3
     assert final["received"] == final["published"] + final["failed"] + final["dropped"]

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from streamer.errors import BackendError, FrameError, Reason
+from streamer.release import abandon
 from streamer.runtime.acl.aipp_set import AippSet
 from streamer.runtime.acl.device import DeviceContext
 from streamer.runtime.acl.device_tensor import AclDeviceTensor
@@ -228,6 +229,7 @@ class AclModel(QueueModel):
             BackendError: always, once abandoned: the model could not be released.
         """
         self._device.hung = True
+        abandon(f"model {self.info.name!r} on device {self.device_id}")
         dropped = self._teardown.discard()
         _log.error(
             "acl_model_abandoned",
