@@ -561,6 +561,7 @@ class Pipeline:
             "stale_frames": stats.stale,
             "source_restarts": stats.restarts,
             "active_sources": stats.active_sources,
+            "tracked_sources": stats.tracked_sources,
             "reorder_gave_up": self.reorder.gave_up,
             "reorder_late": self.reorder.late,
         }

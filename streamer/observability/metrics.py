@@ -19,7 +19,8 @@ each result leaves. The split follows Triton's queue / compute / request duratio
     streamer_seq_gap_frames_total                      counter   frames missing in seq gaps
     streamer_stale_frames_total                        counter   duplicate or late seq
     streamer_source_restarts_total                     counter   producers restarting a source
-    streamer_sources_active                            gauge
+    streamer_sources_active                            gauge     sources not ended by an eos
+    streamer_sources_tracked                           gauge     sources against max_sources
     streamer_reorder_gave_up_frames_total              counter   missing frames not waited for
     streamer_reorder_late_frames_total                 counter   frames after they were given up
     streamer_batch_flushes_total{reason}               counter   batches flushed by the batcher
@@ -91,10 +92,20 @@ _STREAM_METRICS = {
     "stale_frames": ("streamer_stale_frames", "Frames with a duplicate or late seq.", True),
     "source_restarts": (
         "streamer_source_restarts",
-        "Sources whose producer restarted (a new run, or seq back to 0).",
+        "Restarts of a source's producer (a new run, or seq back to 0), every one counted.",
         True,
     ),
-    "active_sources": ("streamer_sources_active", "Sources seen and not evicted.", False),
+    "active_sources": (
+        "streamer_sources_active",
+        "Sources seen and not forgotten, those ended by their eos left out.",
+        False,
+    ),
+    "tracked_sources": (
+        "streamer_sources_tracked",
+        "Sources held against daemon.max_sources: the active ones and those ended by their "
+        "eos, until forgotten.",
+        False,
+    ),
     "reorder_gave_up": (
         "streamer_reorder_gave_up_frames",
         "Missing frames whose source's results stopped waiting for them (window or timeout).",
@@ -418,9 +429,10 @@ class PipelineMetrics:
         started_s = self._reload_started_s  # one read: the control thread may clear it
         return 0.0 if started_s is None else time.monotonic() - started_s
 
-    def observe_dropped(self, egress: str) -> None:
-        """One result the ``egress`` socket (its ``[[egress]]`` name) had no room for."""
-        self._egress_dropped.labels(egress).inc()
+    def observe_dropped(self, egress: str, results: int = 1) -> None:
+        """``results`` the ``egress`` socket (its ``[[egress]]`` name) had no room for; 0
+        exports its series from 0."""
+        self._egress_dropped.labels(egress).inc(results)
 
     def observe_sent(self, frame: Frame, done_ns: int) -> None:
         """End-to-end time of a frame whose result was sent; frames no model ran, or whose

@@ -131,12 +131,15 @@ class _Stream:
 
 @dataclass(frozen=True)
 class SourceStats:
-    """Totals since start: missing frames in seq gaps, stale drops, restarts, live sources."""
+    """Totals since start: missing frames in seq gaps, stale drops, restarts; and now: the
+    live sources, and the sources held against ``max_sources`` (the live ones and those
+    ended by their end of stream, until forgotten)."""
 
     seq_gaps: int
     stale: int
     restarts: int
     active_sources: int
+    tracked_sources: int
 
 
 class SourceTracker:
@@ -313,7 +316,8 @@ class SourceTracker:
     def stats(self) -> SourceStats:
         with self._lock:
             active = sum(not stream.ended for stream in self._streams.values())
-            return SourceStats(self._gaps, self._stale, self._restarts, active)
+            tracked = len(self._streams)
+            return SourceStats(self._gaps, self._stale, self._restarts, active, tracked)
 
     def _open(self, source: str, now_ns: int) -> _Stream:
         stream = _Stream(next(self._epochs), 0, now_ns)

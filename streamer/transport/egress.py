@@ -65,8 +65,9 @@ class EgressMetrics(Protocol):
     def observe_sent(self, frame: Frame, done_ns: int) -> None:
         """``frame``'s result was sent; ``done_ns`` is its ``done_at`` (monotonic, ns)."""
 
-    def observe_dropped(self, egress: str) -> None:
-        """A result the socket of ``[[egress]]`` ``egress`` had no room for."""
+    def observe_dropped(self, egress: str, results: int = 1) -> None:
+        """``results`` the socket of ``[[egress]]`` ``egress`` had no room for (0: the
+        socket is there, its series starts at 0)."""
 
 
 class Egress(Worker):
@@ -107,6 +108,9 @@ class Egress(Worker):
         self._counts = counts
         self._abort = abort
         self._metrics = metrics
+        if metrics is not None:
+            for config in configs:  # an alert on the series needs it from 0
+                metrics.observe_dropped(config.name, 0)
         self._sockets: list[zmq.Socket[bytes]] = []
         self._waits = [e.kind == "push" and len(configs) == 1 for e in self.endpoints]
         self._stalled = [False] * len(configs)

@@ -33,7 +33,13 @@ def test_counters_and_gauges_are_read_at_scrape_time() -> None:
     sample = PipelineSample(
         outcomes,
         {"batcher": 2, "dequeue": 1, "egress": 0},
-        {"seq_gaps": 5, "source_restarts": 1, "active_sources": 2, "new_thing": 7},
+        {
+            "seq_gaps": 5,
+            "source_restarts": 1,
+            "active_sources": 2,
+            "tracked_sources": 3,
+            "new_thing": 7,
+        },
         retried={"pnet": 0, "onet": 4},
         recoveries={"pnet": 0, "onet": 2},
     )
@@ -53,6 +59,7 @@ def test_counters_and_gauges_are_read_at_scrape_time() -> None:
     assert values[("streamer_queue_depth", (("queue", "dequeue"),))] == 1
     assert values[("streamer_seq_gap_frames_total", ())] == 5
     assert values[("streamer_source_restarts_total", ())] == 1
+    assert values[("streamer_sources_tracked", ())] == 3
     assert values[("streamer_sources_active", ())] == 2
     assert values[("streamer_new_thing", ())] == 7
     assert values[("process_resident_memory_bytes", ())] > 0

@@ -108,7 +108,8 @@ def test_after_an_end_of_stream_the_next_clip_starts_anew_in_the_same_order() ->
     eos = EndOfStream("a", 7)
     tracker.end(eos)
     assert (eos.epoch, eos.order) == (last.epoch, last.order + 1)
-    assert tracker.stats().active_sources == 0
+    ended = tracker.stats()  # ended, but held against max_sources until forgotten
+    assert (ended.active_sources, ended.tracked_sources) == (0, 1)
     clip = [frame("a", 3), frame("a", 4)]
     assert all(tracker.admit(f) for f in clip)
     assert [(f.epoch, f.order) for f in clip] == [(last.epoch, 3), (last.epoch, 4)]

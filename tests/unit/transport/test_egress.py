@@ -22,6 +22,7 @@ from streamer.scheduling.reorder import ReorderBuffer
 from streamer.transport.egress import Egress
 
 _FRAMES = 20
+DROPPED = "streamer_egress_dropped_results_total"
 
 
 def frames(count: int) -> list[Frame]:
@@ -98,6 +99,9 @@ def test_a_slow_push_reader_beside_a_pub_slows_only_itself(context: zmq.Context[
     reorder = ReorderBuffer(window=64, timeout_s=1.0, idle_evict_s=60.0)
     metrics = PipelineMetrics()
     egress = Egress(configs, context, inbox, reorder, counts, threading.Event(), metrics=metrics)
+    for config in configs:  # every egress's series from 0, before any drop
+        labels = {"egress": config.name}
+        assert metrics.registry.get_sample_value(DROPPED, labels) == 0
     egress.launch(10)
     subscriber = context.socket(zmq.SUB)
     subscriber.setsockopt(zmq.SUBSCRIBE, b"")
@@ -135,10 +139,9 @@ def test_a_slow_push_reader_beside_a_pub_slows_only_itself(context: zmq.Context[
     assert read_when_pub_done < 50  # the PUB did not wait for the PUSH reader
     # Every result counts as published (the PUB took it); those the PUSH dropped are counted.
     assert counts.snapshot().published == 200
-    dropped = metrics.registry.get_sample_value(
-        "streamer_egress_dropped_results_total", {"egress": "push"}
-    )
+    dropped = metrics.registry.get_sample_value(DROPPED, {"egress": "push"})
     assert dropped is not None and 0 < dropped < 200
+    assert metrics.registry.get_sample_value(DROPPED, {"egress": "pub"}) == 0
 
 
 def test_nothing_is_sent_or_counted_after_an_abort(context: zmq.Context[Any]) -> None:
