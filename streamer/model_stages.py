@@ -194,9 +194,12 @@ def check_plug_in_params(config: Config, model_config: ModelConfig) -> None:
         PREPROCESSORS.params(pre, f"{where}.preprocess")
 
 
-def _check_asset(model: ModelConfig, config: Config, where: str) -> None:
+def _check_asset(model: ModelConfig, config: Config, where: str) -> bool:
     """A named ``asset`` must be a model of the catalog, fetched and not damaged since (one
     without a digest, made by an older version, is taken as it is).
+
+    Returns:
+        True when the model is an asset whose file matches its digest.
 
     Raises:
         ConfigError: an unknown asset (the message lists the known ones), one not fetched, or
@@ -205,7 +208,7 @@ def _check_asset(model: ModelConfig, config: Config, where: str) -> None:
             model copied over it).
     """
     if model.asset is None:
-        return
+        return False
     models: list[Asset | Split] = [*ASSETS, *SPLITS]
     catalog = {a.name: a for a in models if a.kind != "media"}
     if model.asset not in catalog:
@@ -224,6 +227,27 @@ def _check_asset(model: ModelConfig, config: Config, where: str) -> None:
             f"{where}.asset: {path} is damaged (it no longer matches the digest written when it "
             f"was made): run {fetch} to make it again"
         )
+    return state == "ready"
+
+
+def _asset_hint(model_config: ModelConfig, verified: bool, backend: str) -> str:
+    """What to do about an ``asset`` model that did not load: make it again when its file
+    could not be verified; on the ACL backends, which load ATC's layout of a model, lay the
+    config out (an asset is the ONNX original); else nothing."""
+    if model_config.asset is None:
+        return ""
+    if not verified:
+        return (
+            "`streamer models list` tells whether the cache is damaged; "
+            f"`streamer models fetch {model_config.asset}` makes it again"
+        )
+    if backend.startswith("acl"):
+        return (
+            f"the asset {model_config.asset!r} is the ONNX original: ACL loads its ATC "
+            "conversion, which `streamer models sim-layout` lays out for acl-sim "
+            "(docs/ascend.md)"
+        )
+    return ""
 
 
 def _reads_device_outputs(model_config: ModelConfig, where: str) -> bool:
@@ -255,7 +279,7 @@ def _load_replicas(
     """Load the model ``replicas`` times on every device; all or nothing. A model that hands
     its outputs on, or whose postprocessor reads them where they are, keeps them in device
     memory where the backend has any."""
-    _check_asset(model_config, config, where)
+    verified = _check_asset(model_config, config, where)
     device_outputs = hands_on or _reads_device_outputs(model_config, where)
     loaded: list[tuple[int, QueueModel]] = []
     try:
@@ -275,11 +299,9 @@ def _load_replicas(
     except BaseException as exc:
         for _, model in loaded:
             close_logged(model.close, f"model {model_config.name!r}")
-        if isinstance(exc, ModelError) and model_config.asset is not None:
-            raise ModelError(
-                f"{exc} (`streamer models list` tells whether the cache is damaged; "
-                f"`streamer models fetch {model_config.asset}` makes it again)"
-            ) from exc
+        hint = _asset_hint(model_config, verified, config.runtime.backend)
+        if isinstance(exc, ModelError) and hint:
+            raise ModelError(f"{exc} ({hint})") from exc
         raise
     return loaded
 

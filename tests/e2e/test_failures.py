@@ -315,6 +315,24 @@ def test_check_reports_a_failed_release_in_one_line(
     assert "acl.mdl.unload failed" in line and ": ok" not in result.stdout
 
 
+def test_an_asset_on_the_simulator_is_pointed_to_its_layout_not_a_damaged_cache(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """A fetched asset (the ONNX original, batch axis symbolic) named on acl-sim fails to
+    load as ATC's loader would fail it; the hint named the cache, which its digest had just
+    proved intact, instead of ``streamer models sim-layout``."""
+
+    def on_sim(text: str) -> str:
+        return to_acl_sim(text).replace('normalize = "model"', 'normalize = "host"')
+
+    config = shipped_config("default.toml", tmp_path, on_sim)[0]
+    result = streamer_check(config)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "are dynamic" in line and "`streamer models sim-layout`" in line
+    assert "damaged" not in line
+
+
 @pytest.mark.parametrize("mode", ["queue", "async"])
 def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
     mode: str, start_daemon: Any, tmp_path: Path, assets: dict[str, Path]
