@@ -705,11 +705,14 @@ def _check_tables(model: ModelConfig, feeds: ModelConfig | None) -> None:
 
 def cache_dir() -> Path:
     """Where fetched models and media live: ``$STREAMER_CACHE``, else
-    ``$XDG_CACHE_HOME/streamer``, else ``~/.cache/streamer``."""
+    ``$XDG_CACHE_HOME/streamer``, else ``~/.cache/streamer``. A relative
+    ``$XDG_CACHE_HOME`` is ignored, as the XDG Base Directory spec asks (it would name
+    another cache in each working directory)."""
     if env := os.environ.get("STREAMER_CACHE"):
         return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "streamer"
+    xdg = Path(os.environ.get("XDG_CACHE_HOME", ""))
+    base = xdg if xdg.is_absolute() else Path.home() / ".cache"
+    return base / "streamer"
 
 
 def _format_errors(path: Path, exc: ValidationError) -> str:

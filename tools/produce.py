@@ -19,6 +19,7 @@ from streamer.clients import (
     DEFAULT_CLOSE_TIMEOUT_S,
     DEFAULT_FRAME_LIMITS,
     DEFAULT_PRODUCER_ENDPOINT,
+    IMAGE_SUFFIXES,
     FrameLimits,
     MediaInput,
     open_input,
@@ -44,12 +45,16 @@ def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 
 
 def _media(_ctx: click.Context, _param: click.Parameter, spec: str) -> MediaInput:
-    """INPUT resolved (:func:`open_input`): one that does not exist is a usage error, before
-    anything connects."""
+    """INPUT resolved (:func:`open_input`): one that does not exist, or a folder without an
+    image file (nothing to send), is a usage error, before anything connects."""
     try:
-        return open_input(spec)
+        media = open_input(spec)
     except StreamerError as exc:
         raise click.BadParameter(str(exc)) from exc
+    if media.kind == "folder" and not media.frame_count():
+        suffixes = ", ".join(IMAGE_SUFFIXES)
+        raise click.BadParameter(f"folder {spec!r} has no image files ({suffixes}) to send")
+    return media
 
 
 def _pace(ctx: click.Context, param: click.Parameter, fps: float) -> float:

@@ -33,8 +33,14 @@ def model_aipp(
     config: Config, model: str, size: tuple[int, int] | None = None
 ) -> StaticAipp | DynamicAippConfig:
     """The ``aipp_op`` for model ``model``: :func:`mtcnn_aipp` for an MTCNN item stage,
-    :func:`letterbox_aipp` otherwise (same arguments and errors)."""
+    :func:`letterbox_aipp` otherwise (same arguments and errors; a negative ``size`` is a
+    :class:`~streamer.errors.ConfigError` too)."""
     stage = _stage(config, model)
+    if size is not None and min(size) < 0:
+        raise ConfigError(
+            f"size {size[0]} {size[1]}: height and width are pixels, not negative "
+            "(0 0 for resolution gears)"
+        )
     post = stage.postprocess
     if post is not None and post.kind in MTCNN_KINDS:
         return mtcnn_aipp(config, model, size)
@@ -95,7 +101,7 @@ def letterbox_aipp(
 
     Raises:
         ConfigError: no such model, its preprocess is not a ``letterbox``, the size is
-            unknown, or its mean or std are beyond AIPP's ranges
+            unknown (or 0 with ``aipp = "dynamic"``), or its mean or std are beyond AIPP's ranges
             (:func:`~streamer.runtime.acl.aipp_static.checked_aipp_values`).
     """
     stage = _stage(config, model)
@@ -108,6 +114,11 @@ def letterbox_aipp(
     mean, std = params.per_channel()
     norm = InputNormalization.from_mean_std(mean, std, params.color == "rgb", params.layout)
     if params.aipp == "dynamic":
+        if not (height and width):
+            raise ConfigError(
+                f"model {model!r}: dynamic AIPP is sized by its largest image: the size "
+                f"{height} {width} has no pixels; pass the largest gear's H W"
+            )
         checked_aipp_values(norm)  # set on every execution: refused now, not at load
         return DynamicAippConfig.for_images(_largest_batch(stage), height, width)
     return StaticAipp.from_normalization(norm, height, width)

@@ -174,6 +174,20 @@ def test_produce_tool_fails_an_input_it_cannot_open_before_it_connects(
     assert not pull.poll(500), pull.recv_multipart()
 
 
+@pytest.mark.parametrize("content", [None, "a.gif"])
+def test_produce_tool_refuses_a_folder_without_images_before_it_connects(
+    tmp_path: Path, pull: zmq.Socket[Any], content: str | None
+) -> None:
+    """An empty folder (or one of GIFs) sent no frame, an end of stream, and exited 0."""
+    if content is not None:
+        (tmp_path / content).write_bytes(b"GIF89a")
+    endpoint = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+    run = _run([*PRODUCE, str(tmp_path), "--endpoint", endpoint, "--no-progress"])
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert f"Invalid value for 'INPUT': folder {str(tmp_path)!r} has no image files" in run.stderr
+    assert not pull.poll(500), pull.recv_multipart()
+
+
 @pytest.mark.parametrize("name", ["../outside", "sub/inner", "", ".."])
 def test_keygen_refuses_a_name_that_is_no_plain_file_name(tmp_path: Path, name: str) -> None:
     """``keygen.py DIR ../outside`` wrote its keys outside DIR."""

@@ -24,6 +24,20 @@ def test_a_cache_that_cannot_be_written_is_one_error_before_any_download(
         fetch_assets(root=blocker, names=["blazeface_short_range"])
 
 
+def test_a_relative_xdg_cache_home_is_ignored(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``XDG_CACHE_HOME=cache`` put the cache under each working directory in turn."""
+    monkeypatch.delenv("STREAMER_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    assert cache_dir() == tmp_path / ".cache" / "streamer"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "streamer"
+    monkeypatch.setenv("XDG_CACHE_HOME", "")
+    assert cache_dir() == tmp_path / ".cache" / "streamer"
+
+
 def test_pip_errors_are_summed_up_without_its_retry_noise() -> None:
     offline = "\n".join(
         [

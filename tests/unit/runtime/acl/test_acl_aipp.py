@@ -148,6 +148,24 @@ def test_cli_prints_the_config_and_the_manifest_section(tmp_path: Path) -> None:
     assert missing.exit_code != 0 and "no model 'nope'" in missing.output
 
 
+def test_cli_refuses_a_negative_size_with_one_line(tmp_path: Path) -> None:
+    """``--size -5 128`` reached StaticAipp's validation: a pydantic traceback, exit 1."""
+    config = tmp_path / "a.toml"
+    config.write_text(
+        '[[ingress]]\nuri = "pull+bind:tcp://127.0.0.1:5555"\n'
+        '[[egress]]\nuri = "pub+bind:tcp://127.0.0.1:5556"\n'
+        '[[models]]\nname = "face"\nasset = "blazeface_short_range"\n'
+        '[models.preprocess]\nkind = "letterbox"\nsize = [128, 128]\n'
+        '[models.postprocess]\nkind = "blazeface"\n'
+    )
+    base = ["models", "aipp", "--config", str(config), "--model", "face", "--size"]
+    result = CliRunner().invoke(main, [*base, "-5", "128"])
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        "error: size -5 128: height and width are pixels, not negative (0 0 for resolution gears)\n"
+    )
+
+
 def test_a_std_whose_aipp_multiplier_is_beyond_float16_is_refused() -> None:
     """AIPP's var_reci_chn is a float16 (aclmdlSetAIPPPixelVarReci: [-65504, 65504])."""
     tiny = InputNormalization.from_mean_std(

@@ -388,3 +388,6 @@ def test_cli_prints_the_dynamic_aipp_config(tmp_path: Path) -> None:
     assert (
         DynamicAippConfig.model_validate_json(section.output).max_src_image_size == 8 * FACE_BYTES
     )
+    empty = CliRunner().invoke(main, [*base, "--size", "0", "0"])  # a traceback, exit 1
+    assert empty.exit_code == 2, empty.output
+    assert "error: model 'face': dynamic AIPP is sized by its largest image" in empty.output
