@@ -1,5 +1,8 @@
 """The ``streamer`` command's entry point (also ``python -m streamer``): for ``streamer run``
-it holds the daemon's signals before anything else is imported (:mod:`streamer.signals`)."""
+it holds the daemon's signals before anything else is imported (:mod:`streamer.signals`);
+for the other commands a Ctrl-C while the command line is still being imported (about a
+second: numpy, OpenCV, pydantic) ends it as click ends an interrupted command, with
+``Aborted!`` and exit code 1, not a traceback from inside an import."""
 
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ def main() -> None:
     """Run the command line (:func:`streamer.cli.main`)."""
     if sys.argv[1:2] == ["run"]:
         hold_daemon_signals()
-    from streamer.cli import main as command_line
-
+    try:
+        from streamer.cli import main as command_line
+    except KeyboardInterrupt:
+        sys.stderr.write("Aborted!\n")
+        sys.exit(1)
     command_line()

@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamer.errors import Reason
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon, shipped_config, wedge_model
+from .conftest import ROOT, Client, Daemon, shipped_config, wedge_model
 
 
 class NotifySocket:
@@ -614,6 +614,28 @@ def test_a_sighup_as_the_daemon_exits_does_not_end_it(start_daemon: Any) -> None
             daemon.process.send_signal(signal.SIGHUP)
     assert daemon.process.wait() == 0
     daemon.close()
+
+
+def test_a_ctrl_c_while_a_command_imports_is_aborted_not_a_traceback() -> None:
+    """``streamer check`` interrupted once its entry point runs, while it imports numpy,
+    OpenCV and the rest (about a second): ``Aborted!`` and exit 1, as click ends an
+    interrupted command, where a KeyboardInterrupt traceback from inside an import came.
+    ``-X importtime`` says when the command line's import has begun."""
+    config = str(ROOT / "configs" / "default.toml")
+    process = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "streamer", "check", "--config", config],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    lines = iter(process.stderr)
+    next(line for line in lines if line.rstrip().endswith(b"| streamer.entry"))
+    next(lines)  # a module the command line imports: its import has begun
+    process.send_signal(signal.SIGINT)
+    err = process.stderr.read()
+    process.stderr.close()
+    assert process.wait(timeout=60) == 1, err.decode()[-2000:]
+    assert b"Aborted!" in err and b"Traceback" not in err
 
 
 @contextlib.contextmanager
