@@ -27,6 +27,7 @@ from typing import Any
 import cv2
 import numpy as np
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from streamer.clients.connection import connect
 from streamer.clients.frame_limits import DEFAULT_FRAME_LIMITS, FrameLimits
@@ -171,7 +172,7 @@ class Producer(Closing):
         self._own_context = context is None
         self._context: zmq.Context[Any] = zmq.Context() if context is None else context
         try:
-            self._socket = _push_socket(self._context, endpoint, sndhwm, curve)
+            self._socket, self._handshakes = _push_socket(self._context, endpoint, sndhwm, curve)
         except ClientError:
             self._end_context()
             raise
@@ -297,6 +298,8 @@ class Producer(Closing):
             self._undelivered = self._outbox.wait(deadline_s)
         finally:
             left_s = 0.0 if self._undelivered else deadline_s - time.monotonic()
+            self._socket.disable_monitor()
+            self._handshakes.close(linger=0)
             self._socket.close(linger=max(0, math.ceil(left_s * 1000)))
             self._end_context()
         if not self._undelivered and self._own_context and time.monotonic() >= deadline_s:
@@ -369,11 +372,26 @@ class Producer(Closing):
                 f"queued for it (is `streamer run` still running there?), and {waited}",
                 connected=False,
             )
+        if refused := self._handshake_failure():
+            return SendTimeoutError(
+                f"the daemon at {self.endpoint} refused the connection's security handshake "
+                f"({refused}: CURVE on one side only, a server key that is not the daemon's, "
+                f"or a client key not among its allowed clients): {waited}",
+                connected=False,
+            )
         return SendTimeoutError(
             f"no daemon is connected at {self.endpoint} (is `streamer run` listening there?): "
             f"{waited}",
             connected=False,
         )
+
+    def _handshake_failure(self) -> str | None:
+        """How the last failed handshake with the daemon failed, as libzmq names the event
+        (``HANDSHAKE_FAILED_PROTOCOL``, ...), or None when none has."""
+        failure = None
+        while self._handshakes.poll(0):
+            failure = zmq.Event(recv_monitor_message(self._handshakes)["event"]).name
+        return failure
 
 
 _SEND_SLICE_S = 0.1
@@ -390,18 +408,30 @@ def _slice_ms(send_timeout_s: float) -> int:
     return max(1, round(min(send_timeout_s, _SEND_SLICE_S) * 1000))
 
 
+_HANDSHAKE_FAILURES = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+
+
 def _push_socket(
     context: zmq.Context[Any], endpoint: str, sndhwm: int, curve: CurveClient | None
-) -> zmq.Socket[Any]:
+) -> tuple[zmq.Socket[Any], zmq.Socket[Any]]:
+    """The connected PUSH socket, and the monitor of its failed handshakes (started before
+    the connection, so that none is missed)."""
     socket = context.socket(zmq.PUSH)
     socket.setsockopt(zmq.IMMEDIATE, 1)
     socket.setsockopt(zmq.SNDHWM, sndhwm)
+    handshakes = socket.get_monitor_socket(_HANDSHAKE_FAILURES)
     try:
         connect(socket, endpoint, curve)
     except ClientError:
+        socket.disable_monitor()
+        handshakes.close(linger=0)
         socket.close(linger=0)
         raise
-    return socket
+    return socket, handshakes
 
 
 def _encode(image: np.ndarray, encoding: str, quality: int) -> bytes | np.ndarray:

@@ -322,7 +322,8 @@ def test_the_client_tools_speak_curve(
     start_daemon: Any, keys: dict[str, Path], tmp_path: Path
 ) -> None:
     """produce.py and subscribe.py had no CURVE options: against a locked daemon the producer
-    said no daemon was connected, and the subscriber received nothing."""
+    said no daemon was connected, and the subscriber received nothing. A producer the daemon
+    refuses (a key not allowed, or no CURVE) was told no daemon was connected as well."""
     ingress, egress = free_port(), free_port()
     curve = {
         "curve_secret_key_file": str(keys["server"]),
@@ -360,7 +361,11 @@ def test_the_client_tools_speak_curve(
     refused = subprocess.run(
         [*produce, "--send-timeout", "1", *keys_of("stranger")], capture_output=True, timeout=120
     )
-    assert refused.returncode == 1 and b"no daemon is connected" in refused.stderr
+    assert refused.returncode == 1 and b"refused the connection's security handshake" in (
+        refused.stderr
+    )
+    plain = subprocess.run([*produce, "--send-timeout", "1"], capture_output=True, timeout=120)
+    assert plain.returncode == 1 and b"handshake (HANDSHAKE_FAILED_" in plain.stderr
     half = subprocess.run(
         [*produce, "--curve-server-key", str(server_key)], capture_output=True, timeout=120
     )
