@@ -170,9 +170,11 @@ def main(
         raise click.ClickException(str(exc)) from exc
     except ValueError as exc:  # an argument produce() refuses before it connects
         raise click.UsageError(str(exc)) from exc
+    rate = f" ({stats.fps:.1f} fps)" if stats.frames > 1 else ""  # a rate needs two frames
     click.echo(
-        f"sent {stats.frames} frames ({stats.bytes_sent / 1e6:.2f} MB) as {source!r} "
-        f"to {endpoint} in {stats.seconds:.2f} s ({stats.fps:.1f} fps)"
+        f"sent {stats.frames} frame{'' if stats.frames == 1 else 's'} "
+        f"({stats.bytes_sent / 1e6:.2f} MB) as {source!r} to {endpoint} in "
+        f"{stats.seconds:.2f} s{rate}"
     )
 
 

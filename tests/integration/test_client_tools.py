@@ -325,3 +325,13 @@ def test_produce_tool_on_sigterm_ends_as_on_ctrl_c(pull: zmq.Socket[Any]) -> Non
         eos = _headers_to_eos(pull)[-1]
     assert tool.returncode == 1, err.decode()[-2000:]
     assert b"Aborted!" in err and eos["eos"] and eos["seq"] >= 1
+
+
+def test_produce_tool_gives_no_rate_for_one_frame(pull: zmq.Socket[Any]) -> None:
+    """One image sent: "sent 1 frames ... (0.0 fps)" read as a rate of nothing."""
+    endpoint = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+    run = _run([*PRODUCE, "astronaut.png", "--endpoint", endpoint, "--no-progress"])
+    assert run.returncode == 0, run.stderr
+    header = json.loads(pull.recv_multipart()[0])
+    assert (header["seq"], json.loads(pull.recv_multipart()[0])["eos"]) == (0, True)
+    assert run.stdout.startswith("sent 1 frame (") and "fps" not in run.stdout, run.stdout
