@@ -172,10 +172,11 @@ class Producer(Closing):
         self._own_context = context is None
         self._context: zmq.Context[Any] = zmq.Context() if context is None else context
         try:
-            self._socket, self._handshakes = _push_socket(self._context, endpoint, sndhwm, curve)
+            self._socket, handshakes = _push_socket(self._context, endpoint, sndhwm, curve)
         except ClientError:
             self._end_context()
             raise
+        self._handshakes: zmq.Socket[Any] | None = handshakes
         self._socket.setsockopt(zmq.SNDTIMEO, _slice_ms(send_timeout_s))
 
     @property
@@ -298,8 +299,7 @@ class Producer(Closing):
             self._undelivered = self._outbox.wait(deadline_s)
         finally:
             left_s = 0.0 if self._undelivered else deadline_s - time.monotonic()
-            self._socket.disable_monitor()
-            self._handshakes.close(linger=0)
+            self._stop_watching_handshakes()
             self._socket.close(linger=max(0, math.ceil(left_s * 1000)))
             self._end_context()
         if not self._undelivered and self._own_context and time.monotonic() >= deadline_s:
@@ -353,6 +353,7 @@ class Producer(Closing):
                 if time.monotonic() >= deadline:
                     raise self._send_timeout() from None
         self._last_ns = time.monotonic_ns()
+        self._stop_watching_handshakes()  # one was completed: only a first one's failure is told
 
     def _send_timeout(self) -> SendTimeoutError:
         """Why a send found no room for ``send_timeout_s``. With ``IMMEDIATE`` there is room
@@ -389,9 +390,16 @@ class Producer(Closing):
         """How the last failed handshake with the daemon failed, as libzmq names the event
         (``HANDSHAKE_FAILED_PROTOCOL``, ...), or None when none has."""
         failure = None
-        while self._handshakes.poll(0):
+        while self._handshakes is not None and self._handshakes.poll(0):
             failure = zmq.Event(recv_monitor_message(self._handshakes)["event"]).name
         return failure
+
+    def _stop_watching_handshakes(self) -> None:
+        """Stop the monitor of failed handshakes and close its socket; idempotent."""
+        if self._handshakes is not None:
+            self._socket.disable_monitor()
+            self._handshakes.close(linger=0)
+            self._handshakes = None
 
 
 _SEND_SLICE_S = 0.1
@@ -419,11 +427,21 @@ def _push_socket(
     context: zmq.Context[Any], endpoint: str, sndhwm: int, curve: CurveClient | None
 ) -> tuple[zmq.Socket[Any], zmq.Socket[Any]]:
     """The connected PUSH socket, and the monitor of its failed handshakes (started before
-    the connection, so that none is missed)."""
+    the connection, so that none is missed).
+
+    The monitor's queue has no limit: libzmq sends each event from the context's I/O thread
+    and waits while the queue is full, which a refused reconnection every 100 ms fills in
+    about 5 minutes (2000 events): every socket of the context would stop, and a
+    ``disable_monitor`` would wait for that thread forever, holding the GIL. The producer
+    reads the queue at a send timeout and stops the monitor at its first send."""
     socket = context.socket(zmq.PUSH)
     socket.setsockopt(zmq.IMMEDIATE, 1)
     socket.setsockopt(zmq.SNDHWM, sndhwm)
-    handshakes = socket.get_monitor_socket(_HANDSHAKE_FAILURES)
+    address = f"inproc://producer-handshakes-{uuid.uuid4().hex}"
+    socket.monitor(address, _HANDSHAKE_FAILURES)
+    handshakes = context.socket(zmq.PAIR)
+    handshakes.setsockopt(zmq.RCVHWM, 0)  # before connecting: the pipe's limit is set then
+    handshakes.connect(address)
     try:
         connect(socket, endpoint, curve)
     except ClientError:

@@ -26,9 +26,11 @@ from streamer.clients import (
     DEFAULT_FRAME_LIMITS,
     Annotator,
     ClientError,
+    CurveClient,
     FrameLimits,
     MediaInput,
     Producer,
+    SendTimeoutError,
     Subscriber,
     Summary,
     open_input,
@@ -923,3 +925,37 @@ def test_the_clients_connect_to_an_ipv6_host() -> None:
         pull.close()
         pub.close()
         context.term()
+
+
+def test_a_refused_producer_does_not_stop_the_other_sockets_of_its_context() -> None:
+    """libzmq sends a monitor's events from the context's I/O thread and waits while their
+    queue is full: a producer whose daemon refused its handshakes (a server key that is not
+    the daemon's, keys rotated under a running producer) filled its monitor of failed
+    handshakes (2000 events) in about 5 minutes of reconnections, and then no socket of its
+    context moved a byte, and its close waited for ever, holding the GIL. Reconnecting every
+    millisecond instead of every 100 ms fills it in seconds."""
+    context: Context = zmq.Context()
+    context.setsockopt(zmq.RECONNECT_IVL, 1)
+    server_public, server_secret = zmq.curve_keypair()
+    locked, plain = context.socket(zmq.PULL), context.socket(zmq.PULL)
+    locked.setsockopt(zmq.CURVE_SERVER, 1)
+    locked.setsockopt(zmq.CURVE_SECRETKEY, server_secret)
+    locked_endpoint, plain_endpoint = (f"tcp://127.0.0.1:{free_port()}" for _ in range(2))
+    locked.bind(locked_endpoint)
+    plain.bind(plain_endpoint)
+    public, secret = zmq.curve_keypair()
+    stranger = CurveClient(public, secret, zmq.curve_keypair()[0])  # not the server's key
+    image = np.zeros((4, 4, 3), np.uint8)
+    with (
+        Producer(locked_endpoint, source="a", encoding="raw", context=context, curve=stranger,
+                 send_timeout_s=0.5) as refused,
+        Producer(plain_endpoint, source="b", encoding="raw", context=context) as other,
+    ):  # fmt: skip
+        time.sleep(8)  # hundreds of refused handshakes a second
+        other.send(image)
+        assert plain.poll(5000), "the context's I/O thread waits on a full monitor"
+        with pytest.raises(SendTimeoutError, match="refused the connection's security handsh"):
+            refused.send(image)
+    locked.close(linger=0)
+    plain.close(linger=0)
+    context.term()
