@@ -24,7 +24,7 @@ import structlog
 __all__ = ["abandon", "abandoned", "close_all", "close_logged"]
 
 _log = structlog.get_logger(__name__)
-_abandoned: list[str] = []
+_abandoned: list[tuple[str, Callable[[], bool]]] = []
 _abandoned_lock = threading.Lock()
 
 
@@ -59,14 +59,16 @@ def close_logged(close: Callable[[], Any], what: str) -> bool:
     return True
 
 
-def abandon(what: str) -> None:
+def abandon(what: str, running: Callable[[], bool] = lambda: True) -> None:
     """Record work left running in native code, described by ``what`` (e.g. the model and
-    its thread): the process ends at once when the daemon exits (module docstring)."""
+    its thread): the process ends at once when the daemon exits (module docstring) if
+    ``running()`` still says it runs then (by default, always: work on a hung device)."""
     with _abandoned_lock:
-        _abandoned.append(what)
+        _abandoned.append((what, running))
 
 
 def abandoned() -> list[str]:
-    """What :func:`abandon` recorded, in order."""
+    """What :func:`abandon` recorded that still runs, in order: a run that came back since
+    (a slow one, given up on at a reload's close) no longer keeps the exit from finalising."""
     with _abandoned_lock:
-        return list(_abandoned)
+        return [what for what, running in _abandoned if running()]

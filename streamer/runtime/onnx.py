@@ -356,7 +356,8 @@ class OnnxModel(QueueModel):
         self._worker.join(_CLOSE_TIMEOUT_S)
         if self._worker.is_alive():
             _log.error("model_close_timeout", model=self.info.name, timeout_s=_CLOSE_TIMEOUT_S)
-            abandon(f"model {self.info.name!r}: {self._worker.name}/{self._worker.native_id}")
+            worker = self._worker
+            abandon(f"model {self.info.name!r}: {worker.name}/{worker.native_id}", worker.is_alive)
 
     def _run(self, session: ort.InferenceSession) -> None:
         while (inputs := self._pending.get()) is not None:

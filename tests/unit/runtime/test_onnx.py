@@ -1,5 +1,6 @@
 import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,9 @@ from structlog.testing import capture_logs
 from streamer.cli import main
 from streamer.config import PluginConfig, RuntimeConfig
 from streamer.errors import BackendError, ConfigError, EnqueueInterruptedError, ModelError
+from streamer.release import abandoned
 from streamer.runtime import ModelSpec, open_backend
+from streamer.runtime import onnx as onnx_runtime
 from streamer.runtime.base import QueueModel
 from streamer.runtime.onnx import _check_providers
 from streamer.runtime.onnx_rows import RowRuns
@@ -435,3 +438,65 @@ def test_outputs_with_a_column_of_minus_infinity_are_checked_once(tmp_path: Path
         out = runs.run(session, [batch])[0]
         assert out.shape == (4, 6) and np.isneginf(out[:, 3:]).all()
     assert session.rows == [2, 2, 4, 2, 2] and runs.rows_per_run == 2
+
+
+def slow_model(path: Path, turns: int) -> Path:
+    """A model of input ``x`` float32 (N,) whose execution spins a ``Loop`` of ``turns``
+    turns (about 1 µs each) before its output ``y`` (N,)."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
+        ],
+        "spin",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["x"], ["mean"], keepdims=1),  # (1,), from the input
+            helper.make_node("Loop", ["turns", "true", "mean"], ["v"], body=body),
+            helper.make_node("Add", ["x", "v"], ["y"]),
+        ],
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
+        [
+            helper.make_tensor("turns", TensorProto.INT64, [], [turns]),
+            helper.make_tensor("true", TensorProto.BOOL, [], [True]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_a_run_given_up_on_at_close_is_no_longer_abandoned_once_it_returned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow run outlasting its model's close (a reload retiring it) was recorded as
+    abandoned for good: the daemon's every later exit, a plain SIGTERM weeks on, was
+    ``exit_forced`` with exit code 1, though nothing ran in native code any more."""
+    monkeypatch.setattr(onnx_runtime, "_CLOSE_TIMEOUT_S", 0.1)
+    spec = ModelSpec("slow", slow_model(tmp_path / "slow.onnx", 1_000_000))
+    with capture_logs() as logs, open_backend(RuntimeConfig()) as backend:
+        model = backend.load(spec)
+        model.enqueue([np.zeros(2, np.float32)])
+        time.sleep(0.05)  # the run has begun
+        model.close()
+        assert any(e["event"] == "model_close_timeout" for e in logs)
+        left = [what for what in abandoned() if what.startswith("model 'slow': onnx-slow/")]
+        assert len(left) == 1
+        deadline = time.monotonic() + 30
+        while left[0] in abandoned() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert left[0] not in abandoned()
