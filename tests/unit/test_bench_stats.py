@@ -8,8 +8,11 @@ import json
 import numpy as np
 import pytest
 
+from streamer.bench.clock import Cost
+from streamer.bench.components import Components, find_limit
 from streamer.bench.daemon_run import _Parsed
 from streamer.bench.stats import RunResult, steady_fps
+from streamer.bench.targets import input_targets
 
 
 def _run(rate: float, frames: int, burst: int = 8) -> tuple[list[float], float]:
@@ -65,3 +68,28 @@ def test_a_daemon_run_reports_its_steady_rate_with_the_whole_run_beside_it() -> 
 def test_without_a_steady_rate_the_run_is_whole() -> None:
     run = RunResult.of("serial", 100, 0.5, [1.0] * 100)
     assert (run.fps, run.whole_run_fps) == (200.0, None)
+
+
+def test_sixteen_sources_are_judged_against_one_by_the_same_measure() -> None:
+    """A 16-source producer's connections buffer all 1000 frames before the first result
+    (measured: its last send came 41-82 ms after its first, before any result), so that run
+    has no steady part and kept its whole-run rate, which the target divided by the one
+    source's steady rate: the pipeline's filling and draining counted against 16 sources."""
+    cost = Cost(0.1, 0.1, 64)
+    components = Components(cost, cost, {1: Cost(1.0, 1.0, 64), 8: Cost(0.9, 0.9, 64)}, cost)
+    limit = find_limit(components, cores=2)
+    arrivals, last_send = _run(1000.0, 1000)
+    one = RunResult.of("daemon", 1000, 1.2, [5.0], 0, steady_fps(arrivals, last_send))
+    many = RunResult.of("daemon_16_sources", 1000, 1.2, [5.0], 0, steady_fps(arrivals, 0.0))
+    assert (many.whole_run_fps, one.whole_run_fps) == (None, many.fps)  # the same 1.2 s
+    runs = {
+        "serial": RunResult.of("serial", 1000, 2.0, [1.0]),
+        "naive": RunResult.of("naive", 1000, 2.0, [1.0]),
+        "daemon": one,
+        "daemon_half_rate": RunResult.of("daemon_half_rate", 1000, 2.0, [5.0], 0, 500.0),
+        "daemon_16_sources": many,
+    }
+    targets = {t.name: t for t in input_targets("in", runs, limit, components, 8, 10.0)}
+    assert targets["16 sources / 1 source"].value == 1.0
+    assert targets["16 sources / 1 source"].met
+    assert targets["daemon / limit"].value == round(one.fps / limit.fps, 3)  # steady, as before
