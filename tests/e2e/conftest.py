@@ -299,11 +299,15 @@ class Client:
         self.probes = 0
         self._sync()
 
+    def probe(self) -> None:
+        """Send one probe frame (source ``probe``; :meth:`collect` leaves their results out)."""
+        self.send_parts(encode_frame("probe", self.probes, self._probe, encoding="jpeg"))
+        self.probes += 1
+
     def _sync(self) -> None:
         """Send probe frames until one's result arrives: the subscription is then live."""
         for _ in range(100):
-            self.send_parts(encode_frame("probe", self.probes, self._probe, encoding="jpeg"))
-            self.probes += 1
+            self.probe()
             result = self.subscriber.receive(0.2)
             if result is not None and result["source"] == "probe":
                 while self.subscriber.receive(0.2) is not None:
@@ -468,3 +472,15 @@ def samples(daemon: Daemon, name: str) -> list[Any]:
 def metric_by_label(daemon: Daemon, name: str, label: str) -> dict[str, float]:
     """The values of one metric from /metrics, by the value of its ``label``."""
     return {sample.labels[label]: sample.value for sample in samples(daemon, name)}
+
+
+def wait_metric(daemon: Daemon, name: str, at_least: float, timeout_s: float = 30.0) -> float:
+    """Poll /metrics until the samples of ``name`` (as :func:`samples` takes it) add up to
+    ``at_least``; their sum. What a test waits on instead of a fixed sleep, which a loaded
+    machine outlasts: frames received, batches flushed to the model."""
+    deadline = time.monotonic() + timeout_s
+    while (total := sum(sample.value for sample in samples(daemon, name))) < at_least:
+        alive = daemon.process.poll() is None
+        assert alive and time.monotonic() < deadline, (name, total, daemon.logs[-10:])
+        time.sleep(0.05)
+    return total

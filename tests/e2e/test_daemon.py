@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -136,10 +135,11 @@ def test_sigterm_mid_stream_drains_and_exits_zero(
     sender = threading.Thread(target=send_forever)
     sender.start()
     assert len(client.collect(30)) == 30
-    started = time.monotonic()
-    assert daemon.stop(timeout_s=15) == 0
-    assert time.monotonic() - started < 10.0
+    assert daemon.stop(timeout_s=30) == 0
     final = assert_accounted(daemon)
+    # Drained: everything in flight published within drain_timeout_s, nothing dropped at
+    # the stop (the daemon's own verdict, not a wall-clock bound on a loaded machine).
+    assert final["drained"] is True and final["dropped_by_reason"].get("shutdown", 0) == 0
     assert final["received"] > 30 + client.probes
     assert daemon.logs[-1]["event"] == "stopped"
     sender.join(30)

@@ -25,6 +25,7 @@ from .conftest import (
     sim_settings,
     streamer_check,
     to_acl_sim,
+    wait_metric,
 )
 from .test_operations import reload_onto_a_fifo
 
@@ -42,7 +43,12 @@ def test_a_subscriber_that_never_reads_slows_nothing(start_daemon: Any, connect:
         idle.setsockopt(zmq.RCVHWM, 10)
         idle.setsockopt(zmq.SUBSCRIBE, b"")
         idle.connect(daemon.egress)
-        time.sleep(0.2)  # let it subscribe: it must now hold the daemon up, if anything can
+        # Probes until one reaches it (a fixed sleep could end before it had subscribed, and
+        # the test showed nothing): it must now hold the daemon up, if anything can.
+        deadline = time.monotonic() + 30
+        while not idle.poll(200):
+            assert time.monotonic() < deadline, "the idle subscriber never subscribed"
+            client.probe()
         rss_before = peak_rss_mb(daemon)
         produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", loop=25)
         results = client.collect(3001, timeout_s=120)
@@ -352,7 +358,8 @@ def test_a_hung_execution_is_abandoned_and_the_stop_does_not_wait_for_it(
         "[runtime.options.sim]\nexecute_delay_ms = 600000",
     )
     produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", limit=3)
-    time.sleep(1.0)  # the frames reach the model; its executions now hang
+    wait_metric(daemon, "streamer_frames_received_total", 3)
+    wait_metric(daemon, "streamer_batch_flushes_total", 1)  # to the model: its execution hangs
     assert daemon.stop(timeout_s=60) == 1
     events = [e.get("event") for e in daemon.logs]
     abandoned = next(e for e in daemon.logs if e.get("event") == "acl_model_abandoned")
@@ -375,7 +382,7 @@ def test_a_signal_during_the_drain_is_logged(
         **settings, runtime_extra="[runtime.options.sim]\nexecute_delay_ms = 1500"
     )
     produce("carphone.mp4", daemon.ingress, source="carphone", encoding="raw", limit=4)
-    time.sleep(0.5)  # the frames reach the model, which takes 1.5 s a batch
+    wait_metric(daemon, "streamer_frames_received_total", 4)  # in before the stop
     daemon.process.send_signal(signal.SIGTERM)
     daemon.wait_event("draining", 30)
     daemon.process.send_signal(signal.SIGHUP)

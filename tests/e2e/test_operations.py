@@ -433,7 +433,10 @@ def test_a_stop_while_the_first_config_read_blocks_exits_at_once(tmp_path: Path)
     os.mkfifo(fifo)
     command = [sys.executable, "-m", "streamer", "run", "--config", str(fifo)]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as daemon:
-        time.sleep(1.0)  # into the read (the stop is taken whenever it comes)
+        # Not a fixed sleep: on a loaded machine the interpreter may not have started by
+        # then, and the SIGHUP would end it by its default action. Once the signals are
+        # held, the stop is taken whenever it comes.
+        wait_signals_held(daemon.pid, signal.SIGHUP, signal.SIGTERM)
         daemon.send_signal(signal.SIGHUP)
         daemon.send_signal(signal.SIGTERM)
         out, _ = daemon.communicate(timeout=30)
@@ -581,10 +584,7 @@ def test_a_stop_signal_while_the_daemon_starts_is_a_normal_stop(
     that failed to initialise. It is held until the handlers are in place, then drains,
     without telling systemd it was ready first (it said READY=1, then STOPPING=1)."""
     daemon: Daemon = start_daemon(wait_ready=False, env=notify.env(watchdog_usec=60_000_000))
-    status, deadline = Path(f"/proc/{daemon.process.pid}/status"), time.monotonic() + 60
-    while not int(_field(status, "SigBlk"), 16) & (1 << (signum - 1)):  # streamer.entry ran
-        assert time.monotonic() < deadline, "the daemon never held its signals"
-        time.sleep(0.001)
+    wait_signals_held(daemon.process.pid, signum)
     daemon.process.send_signal(signum)
     assert daemon.stop(timeout_s=60) == 0
     final = daemon.final_counts()
@@ -599,6 +599,16 @@ def _field(status: Path, name: str) -> str:
     """A field of a /proc/PID/status file."""
     line = next(x for x in status.read_text().splitlines() if x.startswith(f"{name}:"))
     return line.split()[1]
+
+
+def wait_signals_held(pid: int, *signums: int) -> None:
+    """Wait until ``streamer run`` (process ``pid``) holds ``signums``: :mod:`streamer.entry`
+    ran (Linux: read from ``/proc``)."""
+    status, deadline = Path(f"/proc/{pid}/status"), time.monotonic() + 60
+    wanted = sum(1 << (signum - 1) for signum in signums)
+    while int(_field(status, "SigBlk"), 16) & wanted != wanted:
+        assert time.monotonic() < deadline, "the daemon never held its signals"
+        time.sleep(0.001)
 
 
 def test_a_sighup_as_the_daemon_exits_does_not_end_it(start_daemon: Any) -> None:

@@ -275,6 +275,13 @@ def _curve_client(
     return socket
 
 
+def _refusals_logged(daemon: Daemon) -> bool:
+    """The stranger's key was denied, and a handshake failed on each CURVE socket."""
+    events = [entry.get("event") for entry in list(daemon.logs)]
+    failed = {e["socket"] for e in list(daemon.logs) if e.get("event") == "curve_handshake_failed"}
+    return "curve_client_denied" in events and failed == {"ingress locked", "egress locked"}
+
+
 def test_curve_lets_in_only_allowed_clients(
     start_daemon: Any, connect: Any, sockets: Any, keys: dict[str, Path], jpeg: bytes
 ) -> None:
@@ -302,6 +309,10 @@ def test_curve_lets_in_only_allowed_clients(
     while not viewer.poll(200):  # until the viewer's subscription reached the daemon
         camera.send_multipart(encode_frame("camera", seq, jpeg, encoding="jpeg"))
         seq += 1
+    deadline = time.monotonic() + 30
+    while not _refusals_logged(daemon):  # not a fixed sleep: a loaded machine outlasts it
+        assert time.monotonic() < deadline, daemon.logs[-20:]
+        time.sleep(0.05)
     time.sleep(0.5)  # the refused intruders retry their handshakes meanwhile
     sources = {json.loads(part[1])["source"] for part in _all(viewer)}
     plain = {r["source"] for r in client.collect(seq + 2, timeout_s=1.0)}

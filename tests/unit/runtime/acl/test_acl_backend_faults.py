@@ -110,7 +110,7 @@ def test_queue_mode_never_gives_a_lost_output_s_batch_the_next_one(
 def test_slow_executions_time_out_dequeue_then_arrive(
     mode: str, make_backend: MakeBackend, static4_model: Path, frames: list[np.ndarray]
 ) -> None:
-    backend = make_backend(sim={"execute_delay_ms": 300})
+    backend = make_backend(sim={"execute_delay_ms": 1500})
     model = backend.load(ModelSpec("face", static4_model, mode=mode))
     assert model.dequeue(0) is None, "nothing enqueued: an immediate None"
     batch = blazeface_input(frames[:4])
@@ -124,7 +124,9 @@ def test_slow_executions_time_out_dequeue_then_arrive(
     started = time.monotonic()
     first = model.dequeue(50)
     assert first is None or mode == "sync", "async and queue: not done after 50 ms"
-    assert time.monotonic() - started < 0.25
+    # It gave up long before the 1.5 s execution ended (not within a tight bound: a loaded
+    # machine can stall a thread for a few hundred ms).
+    assert time.monotonic() - started < 1.2
     done = first or model.dequeue(5000)
     assert done is not None and done.error is None
     producer.join()

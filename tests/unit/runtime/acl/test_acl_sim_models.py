@@ -19,7 +19,7 @@ from acl_testing import (
     write_manifest,
 )
 
-from streamer.runtime.acl.constants import ACL_DYNAMIC_TENSOR_NAME, AclCode
+from streamer.runtime.acl.constants import ACL_DYNAMIC_TENSOR_NAME, AclCode, CallbackBlock
 from streamer.runtime.acl.options import SimOptions
 from streamer.runtime.acl.sim.simulator import Simulator
 
@@ -72,18 +72,24 @@ def test_s11_execute_and_unload_only_in_the_loading_context(
 def test_s12_outputs_are_valid_only_after_synchronize(
     make_model: MakeModel, static4_model: Path
 ) -> None:
-    sim = Simulator(SimOptions(execute_delay_ms=200, run_mode="device"))
+    """The stream is held by a blocking callback that only this thread can run, so the
+    execution cannot start before it is let go: ``execute_async`` returning at all shows it
+    does not wait for the execution, with no clock to read on a loaded machine."""
+    sim = Simulator(SimOptions(run_mode="device"))
     open_device(sim)
     model = Loaded(sim, static4_model)
     stream, _ = sim.acl.rt.create_stream()
+    me = threading.get_ident()
+    assert sim.acl.rt.subscribe_report(me, stream) == 0
+    assert sim.acl.rt.launch_callback(lambda data: None, [], CallbackBlock.BLOCK, stream) == 0
     model.upload(np.full((4, 3, 128, 128), 0.5, np.float32))
-    started = time.monotonic()
     assert sim.acl.mdl.execute_async(model.model_id, model.in_ds, model.out_ds, stream) == 0
-    assert time.monotonic() - started < 0.1, "execute_async returns before the execution"
     before = sim.acl.util.ptr_to_bytes(model.outputs[1][0], 16)
     assert before == b"\xff" * 16, "outputs are not written yet"
+    assert sim.acl.rt.process_report(10_000) == 0, "the held stream goes on"
     assert sim.acl.rt.synchronize_stream(stream) == 0
     assert sim.acl.util.ptr_to_bytes(model.outputs[1][0], 16) != before
+    assert sim.acl.rt.unsubscribe_report(me, stream) == 0
     assert sim.acl.rt.destroy_stream(stream) == 0
 
 
