@@ -265,7 +265,8 @@ class Pipeline:
 
         Args:
             config: the validated configuration.
-            metrics: where the egress thread observes latencies (a new set when None).
+            metrics: where the dequeue threads observe each model's batches and the
+                egress thread end-to-end latencies (a new set when None).
 
         Raises:
             ConfigError, ModelError, BackendError: what was loaded is released first.
@@ -292,6 +293,7 @@ class Pipeline:
             self.reorder.skip,
             failures,
             self._backend.device_memory,
+            self.metrics.observe_batch,
         )
 
     @property

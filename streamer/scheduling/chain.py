@@ -131,6 +131,9 @@ class ChainRouter:
             self._release_images(failed)
             self._results.put(Batch(failed))
         if good:
+            now = time.monotonic_ns()
+            for frame in good:
+                frame.prepared_at_ns = now  # ready for this stage's batcher: its wait starts
             self._stages[index].inbox.put(Batch(good, list(good), batch.rows))
 
     def _start_items(self, frame: Frame, stage: ChainStage, index: int) -> bool:
@@ -190,11 +193,13 @@ def make_items(
     frame: Frame, tensors: Sequence[Any], transforms: Sequence[Any], clock_ns: int | None = None
 ) -> list[Frame]:
     """Item frames of ``frame``: its source and seq, their own tensor and transform, never
-    published themselves. Their batching deadline runs from ``clock_ns`` (default: now)."""
-    now = time.monotonic_ns() if clock_ns is None else clock_ns
+    published themselves. Their batching deadline (``received_at_ns``) runs from
+    ``clock_ns`` (default: now); they are ready for their batcher now (``prepared_at_ns``)."""
+    now = time.monotonic_ns()
+    clock = now if clock_ns is None else clock_ns
     items = []
     for tensor, transform in zip(tensors, transforms, strict=True):
-        item = Frame(frame.source, frame.seq, now, frame.received_at)
+        item = Frame(frame.source, frame.seq, clock, frame.received_at, prepared_at_ns=now)
         item.tensor, item.transform, item.parent = tensor, transform, frame
         items.append(item)
     return items

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from streamer.errors import BackendError
-from streamer.frames import STOP, Frame, OutcomeCounts
+from streamer.frames import STOP, Batch, Frame, OutcomeCounts
 from streamer.lifecycle import Worker
 from streamer.release import close_all
 from streamer.runtime.base import QueueModel, Tensor
@@ -78,6 +78,9 @@ class ChainRun:
         device_memory: the backend keeps the tensors a stage hands on in device memory
             (:attr:`~streamer.runtime.base.Backend.device_memory`): each batch of a
             tensor-linked run then runs on one device.
+        observe_batch: told of each batch a model of the chain executed, from that
+            replica's dequeue thread (the per-model metrics; see
+            :class:`~streamer.scheduling.dequeuer.Dequeuer`).
 
     Attributes:
         stages: as given.
@@ -95,8 +98,10 @@ class ChainRun:
         on_drop: Callable[[Frame], None],
         max_consecutive_failures: int,
         device_memory: bool,
+        observe_batch: Callable[[Batch], None] = lambda batch: None,
     ) -> None:
         self.stages = list(stages)
+        self._observe_batch = observe_batch
         self.abort = threading.Event()
         self.keep_images = any(s.items is not None for s in self.stages[1:])
         self._held = HeldFrames(admission, results, counts, on_drop)
@@ -237,7 +242,10 @@ class ChainRun:
         batcher = Batcher(stage.name, dispatcher, stage.policy, inbox, outbox, abort)
         self._batchers.append(batcher)
         return [
-            *(Dequeuer(r, outbox, stage.postprocess_batch, abort, failures) for r in replicas),
+            *(
+                Dequeuer(r, outbox, stage.postprocess_batch, abort, failures, self._observe_batch)
+                for r in replicas
+            ),
             *(Enqueuer(r, abort) for r in replicas),
             batcher,
         ]

@@ -57,6 +57,8 @@ class Dequeuer(Worker):
         max_consecutive_failures: failed executions in a row (lost outputs included) after
             which the replica is taken out of rotation (each failed batch is retried
             elsewhere or gets error results first).
+        observe: told of each batch the model executed, failed executions included, once
+            its frames' ``model`` and ``infer_*_ns`` are set (the per-model metrics).
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class Dequeuer(Worker):
         postprocess: Postprocess,
         abort: threading.Event,
         max_consecutive_failures: int = 10,
+        observe: Callable[[Batch], None] = lambda batch: None,
     ) -> None:
         super().__init__(name=f"dequeue-{replica.name}")
         self._replica = replica
@@ -75,6 +78,7 @@ class Dequeuer(Worker):
         self._postprocess = postprocess
         self._abort = abort
         self._max_failures = max_consecutive_failures
+        self._observe = observe
         self._unwarned = 0  # failed executions since the last warning
         self._next_warning_ns = 0
 
@@ -131,6 +135,7 @@ class Dequeuer(Worker):
             frame.model = self._model.info.name
             frame.infer_start_ns = done.start_ns
             frame.infer_end_ns = done.end_ns
+        self._observe(batch)
         if done.error is not None or done.outputs is None:
             error = done.error or FrameError(Reason.INFERENCE_FAILED, "no outputs")
             return self._failed_execution(dispatched, error)

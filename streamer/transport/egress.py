@@ -57,10 +57,7 @@ class Sequencer(Protocol):
 
 
 class EgressMetrics(Protocol):
-    """Latency and batch-size histograms (the daemon's metrics); egress thread only."""
-
-    def observe_batch(self, batch: Batch) -> None:
-        """A batch back from its model, before its frames are put in order and sent."""
+    """End-to-end latency and egress drops (the daemon's metrics); egress thread only."""
 
     def observe_sent(self, frame: Frame, done_ns: int) -> None:
         """``frame``'s result was sent; ``done_ns`` is its ``done_at`` (monotonic, ns)."""
@@ -154,8 +151,6 @@ class Egress(Worker):
             if isinstance(item, EndOfStream):
                 self._emit(self._sequencer.push(item))
             elif isinstance(item, Batch):
-                if self._metrics is not None:
-                    self._metrics.observe_batch(item)
                 for frame in item.frames:
                     self._emit(self._sequencer.push(frame))
             if time.monotonic() >= next_expiry:

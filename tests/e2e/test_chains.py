@@ -14,7 +14,7 @@ import pytest
 from streamer.clients.producer import produce
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon, free_port
+from .conftest import Client, Daemon, free_port, metric_by_label
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,6 +101,11 @@ def test_blazeface_then_onet(
     assert all(inside(p, face["box"]) for p in face["onet"]["keypoints"])
     assert results["coffee"]["detections"] == []  # no face: O-Net skipped, still published
     assert results["astronaut"]["model"] == "onet" and results["coffee"]["error"] is None
+    frames = {"face": 2 + client.probes, "onet": 1 + client.probes}  # a face in each probe
+    assert metric_by_label(daemon, "streamer_batch_size_sum", "model") == frames
+    for latency in ("batch_wait", "queue", "inference"):
+        name = f"streamer_{latency}_duration_seconds_count"
+        assert metric_by_label(daemon, name, "model") == frames, latency
     assert daemon.stop() == 0
 
 

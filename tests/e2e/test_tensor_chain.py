@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamer.clients.producer import produce
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon, shipped, sim_settings
+from .conftest import Client, Daemon, metric_by_label, shipped, sim_settings
 
 SPLIT = "blazeface_split.toml"
 ONNX_RUNTIME = 'backend = "onnxruntime"\n\n[runtime.options]\nintra_op_threads = 1\n'
@@ -163,6 +163,11 @@ def test_on_two_devices_each_batch_stays_on_the_device_that_holds_its_tensors(
         if s.name == "streamer_replica_batches_total"
     }
     assert all(executed[(model, device)] > 0 for model in ("backbone", "head") for device in "01")
+    frames = dict.fromkeys(("backbone", "head"), 120 + client.probes)
+    assert metric_by_label(daemon, "streamer_batch_size_sum", "model") == frames
+    for latency in ("batch_wait", "queue", "inference"):
+        name = f"streamer_{latency}_duration_seconds_count"
+        assert metric_by_label(daemon, name, "model") == frames, latency
     assert daemon.stop() == 0
 
 
