@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import zmq
@@ -10,7 +11,7 @@ from streamer.errors import ClientError
 from streamer.transport.endpoints import ipv6_host
 from streamer.transport.security import CurveClient
 
-__all__ = ["connect"]
+__all__ = ["connect", "unbounded_monitor"]
 
 
 def connect(socket: zmq.Socket[Any], endpoint: str, curve: CurveClient | None) -> None:
@@ -29,3 +30,22 @@ def connect(socket: zmq.Socket[Any], endpoint: str, curve: CurveClient | None) -
         socket.connect(endpoint)
     except zmq.ZMQError as exc:
         raise ClientError(f"cannot connect to {endpoint!r}: {exc}") from exc
+
+
+def unbounded_monitor(socket: zmq.Socket[Any], events: int) -> zmq.Socket[Any]:
+    """A monitor of ``socket``'s ``events`` whose queue has no limit (a PAIR socket in
+    ``socket``'s context); start it before connecting so that no event is missed, and stop
+    it with ``socket.disable_monitor()`` before closing it.
+
+    ``Socket.get_monitor_socket`` keeps ZeroMQ's default limit of 1000 messages: libzmq sends
+    each event from the context's I/O thread and waits while the queue is full, so a client
+    that reads its monitor only now and then (a refused reconnection every 100 ms fills it
+    in about 5 minutes) would stop every socket of the context, and a ``disable_monitor``
+    would then wait for that thread forever, holding the GIL.
+    """
+    address = f"inproc://monitor-{uuid.uuid4().hex}"
+    socket.monitor(address, events)
+    monitor = socket.context.socket(zmq.PAIR)
+    monitor.setsockopt(zmq.RCVHWM, 0)  # before connecting: the pipe's limit is set then
+    monitor.connect(address)
+    return monitor

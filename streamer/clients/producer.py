@@ -29,7 +29,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from streamer.clients.connection import connect
+from streamer.clients.connection import connect, unbounded_monitor
 from streamer.clients.frame_limits import DEFAULT_FRAME_LIMITS, FrameLimits
 from streamer.clients.media import MediaInput, open_input
 from streamer.clients.outbox import Outbox
@@ -427,21 +427,12 @@ def _push_socket(
     context: zmq.Context[Any], endpoint: str, sndhwm: int, curve: CurveClient | None
 ) -> tuple[zmq.Socket[Any], zmq.Socket[Any]]:
     """The connected PUSH socket, and the monitor of its failed handshakes (started before
-    the connection, so that none is missed).
-
-    The monitor's queue has no limit: libzmq sends each event from the context's I/O thread
-    and waits while the queue is full, which a refused reconnection every 100 ms fills in
-    about 5 minutes (2000 events): every socket of the context would stop, and a
-    ``disable_monitor`` would wait for that thread forever, holding the GIL. The producer
-    reads the queue at a send timeout and stops the monitor at its first send."""
+    the connection, so that none is missed; :func:`unbounded_monitor`). The producer reads
+    it at a send timeout and stops it at its first send."""
     socket = context.socket(zmq.PUSH)
     socket.setsockopt(zmq.IMMEDIATE, 1)
     socket.setsockopt(zmq.SNDHWM, sndhwm)
-    address = f"inproc://producer-handshakes-{uuid.uuid4().hex}"
-    socket.monitor(address, _HANDSHAKE_FAILURES)
-    handshakes = context.socket(zmq.PAIR)
-    handshakes.setsockopt(zmq.RCVHWM, 0)  # before connecting: the pipe's limit is set then
-    handshakes.connect(address)
+    handshakes = unbounded_monitor(socket, _HANDSHAKE_FAILURES)
     try:
         connect(socket, endpoint, curve)
     except ClientError:

@@ -28,7 +28,7 @@ import cv2
 import numpy as np
 import zmq
 
-from streamer.clients.connection import connect
+from streamer.clients.connection import connect, unbounded_monitor
 from streamer.errors import ClientError
 from streamer.lifecycle import Closing
 from streamer.transport.security import CurveClient
@@ -91,7 +91,9 @@ class Subscriber(Closing):
         self._socket.setsockopt(zmq.RCVHWM, rcvhwm)
         for topic in sorted(self.sources) or [""]:
             self._socket.setsockopt(zmq.SUBSCRIBE, topic.encode())
-        self._handshakes = self._socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self._handshakes: zmq.Socket[Any] | None = unbounded_monitor(
+            self._socket, zmq.EVENT_HANDSHAKE_SUCCEEDED
+        )
         try:
             connect(self._socket, endpoint, curve)
         except ClientError:
@@ -113,8 +115,11 @@ class Subscriber(Closing):
         """
         if self._connected:
             return True
+        assert self._handshakes is not None
         wait_ms = None if timeout_s is None else math.ceil(timeout_s * 1000)
         self._connected = bool(self._handshakes.poll(wait_ms))
+        if self._connected:
+            self._stop_watching_handshakes()  # the rest would only pile up, one a reconnection
         return self._connected
 
     def receive(self, timeout_s: float | None = None) -> dict[str, Any] | None:
@@ -162,10 +167,15 @@ class Subscriber(Closing):
 
     def close(self) -> None:
         """Close the socket; idempotent."""
-        if not self._socket.closed:
-            self._socket.disable_monitor()
-        self._handshakes.close(linger=0)
+        self._stop_watching_handshakes()
         self._socket.close()
+
+    def _stop_watching_handshakes(self) -> None:
+        """Stop the monitor of handshakes and close its socket; idempotent."""
+        if self._handshakes is not None:
+            self._socket.disable_monitor()
+            self._handshakes.close(linger=0)
+            self._handshakes = None
 
     def _parse(self, parts: list[bytes]) -> dict[str, Any] | None:
         if len(parts) != 2:

@@ -959,3 +959,37 @@ def test_a_refused_producer_does_not_stop_the_other_sockets_of_its_context() -> 
     locked.close(linger=0)
     plain.close(linger=0)
     context.term()
+
+
+def test_a_subscriber_through_thousands_of_reconnections_stops_no_socket_of_its_context() -> None:
+    """The subscriber's monitor of successful handshakes gets an event at every reconnection
+    (a daemon restarted): unread once connected, 2000 of them filled its queue and stopped
+    the context's I/O thread (see the producer's test above)."""
+    client_context: Context = zmq.Context()
+    client_context.setsockopt(zmq.RECONNECT_IVL, 1)
+    server_context: Context = zmq.Context()
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    subscriber = Subscriber(endpoint, context=client_context)
+    for restart in range(2100):
+        pub = server_context.socket(zmq.PUB)
+        handshakes = pub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        while True:  # the port of the last one is released by its I/O thread, soon
+            try:
+                pub.bind(endpoint)
+                break
+            except zmq.ZMQError:
+                time.sleep(0.001)
+        assert handshakes.poll(5000), f"no reconnection after {restart} restarts"
+        assert subscriber.wait_connected(0)
+        pub.disable_monitor()
+        handshakes.close(linger=0)
+        pub.close(linger=0)
+    pull, push = client_context.socket(zmq.PULL), server_context.socket(zmq.PUSH)
+    push.connect(f"tcp://127.0.0.1:{pull.bind_to_random_port('tcp://127.0.0.1')}")
+    push.send(b"moves")
+    assert pull.poll(5000) and pull.recv() == b"moves"
+    for socket in (pull, push):
+        socket.close(linger=0)
+    subscriber.close()
+    client_context.term()
+    server_context.term()
