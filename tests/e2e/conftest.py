@@ -26,6 +26,7 @@ import onnx
 import pytest
 import zmq
 from onnx import TensorProto, helper
+from onnx_graphs import spin_body
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.bench.bench_config import free_port
@@ -401,23 +402,7 @@ def wedge_model(path: Path) -> Path:
     feeds both outputs, so onnxruntime can neither skip it nor fold it at load time (its
     carried value comes from the input).
     """
-    body = helper.make_graph(
-        [
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
-        ],
-        "spin",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1]),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1]),
-        ],
-        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
-    )
+    body = spin_body()
     nodes = [
         helper.make_node("ReduceMean", ["input"], ["mean"], axes=[1, 2, 3], keepdims=1),
         helper.make_node("Reshape", ["mean", "n11"], ["per_frame"]),  # (N, 1, 1)

@@ -11,6 +11,7 @@ import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
+from onnx_graphs import spin_body
 from structlog.testing import capture_logs
 
 from streamer.cli import main
@@ -443,23 +444,7 @@ def test_outputs_with_a_column_of_minus_infinity_are_checked_once(tmp_path: Path
 def slow_model(path: Path, turns: int) -> Path:
     """A model of input ``x`` float32 (N,) whose execution spins a ``Loop`` of ``turns``
     turns (about 1 µs each) before its output ``y`` (N,)."""
-    body = helper.make_graph(
-        [
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
-        ],
-        "spin",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1]),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1]),
-        ],
-        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
-    )
+    body = spin_body()
     graph = helper.make_graph(
         [
             helper.make_node("ReduceMean", ["x"], ["mean"], keepdims=1),  # (1,), from the input

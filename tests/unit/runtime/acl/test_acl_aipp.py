@@ -126,8 +126,10 @@ def test_rules_allow_static_aipp_with_batch_gears() -> None:
         check_aipp_build(AIPP, "dims")
 
 
-def test_cli_prints_the_config_and_the_manifest_section(tmp_path: Path) -> None:
-    config = tmp_path / "a.toml"
+def face_config(folder: Path) -> Path:
+    """A config of BlazeFace (model ``face``) letterboxed to 128x128, written to
+    ``folder/a.toml``."""
+    config = folder / "a.toml"
     config.write_text(
         '[[ingress]]\nuri = "pull+bind:tcp://127.0.0.1:5555"\n'
         '[[egress]]\nuri = "pub+bind:tcp://127.0.0.1:5556"\n'
@@ -135,6 +137,11 @@ def test_cli_prints_the_config_and_the_manifest_section(tmp_path: Path) -> None:
         '[models.preprocess]\nkind = "letterbox"\nsize = [128, 128]\n'
         '[models.postprocess]\nkind = "blazeface"\n'
     )
+    return config
+
+
+def test_cli_prints_the_config_and_the_manifest_section(tmp_path: Path) -> None:
+    config = face_config(tmp_path)
     base = ["models", "aipp", "--config", str(config), "--model", "face"]
     text = CliRunner().invoke(main, base)
     assert text.exit_code == 0, text.output
@@ -150,14 +157,7 @@ def test_cli_prints_the_config_and_the_manifest_section(tmp_path: Path) -> None:
 
 def test_cli_refuses_a_negative_size_with_one_line(tmp_path: Path) -> None:
     """``--size -5 128`` reached StaticAipp's validation: a pydantic traceback, exit 1."""
-    config = tmp_path / "a.toml"
-    config.write_text(
-        '[[ingress]]\nuri = "pull+bind:tcp://127.0.0.1:5555"\n'
-        '[[egress]]\nuri = "pub+bind:tcp://127.0.0.1:5556"\n'
-        '[[models]]\nname = "face"\nasset = "blazeface_short_range"\n'
-        '[models.preprocess]\nkind = "letterbox"\nsize = [128, 128]\n'
-        '[models.postprocess]\nkind = "blazeface"\n'
-    )
+    config = face_config(tmp_path)
     base = ["models", "aipp", "--config", str(config), "--model", "face", "--size"]
     result = CliRunner().invoke(main, [*base, "-5", "128"])
     assert result.exit_code == 2, result.output
