@@ -177,6 +177,7 @@ class Producer(Closing):
             self._end_context()
             raise
         self._handshakes: zmq.Socket[Any] | None = handshakes
+        self._refused_for_good: str | None = None  # a handshake failure libzmq won't retry
         self._socket.setsockopt(zmq.SNDTIMEO, _slice_ms(send_timeout_s))
 
     @property
@@ -374,10 +375,16 @@ class Producer(Closing):
                 connected=False,
             )
         if refused := self._handshake_failure():
+            final = (
+                "; such a refusal is not retried: start a new producer once its CURVE "
+                "settings match the daemon's"
+                if refused in _FINAL_HANDSHAKE_FAILURES
+                else ""
+            )
             return SendTimeoutError(
                 f"the daemon at {self.endpoint} refused the connection's security handshake "
                 f"({refused}: CURVE on one side only, a server key that is not the daemon's, "
-                f"or a client key not among its allowed clients): {waited}",
+                f"or a client key not among its allowed clients): {waited}{final}",
                 connected=False,
             )
         return SendTimeoutError(
@@ -388,11 +395,16 @@ class Producer(Closing):
 
     def _handshake_failure(self) -> str | None:
         """How the last failed handshake with the daemon failed, as libzmq names the event
-        (``HANDSHAKE_FAILED_PROTOCOL``, ...), or None when none has."""
+        (``HANDSHAKE_FAILED_PROTOCOL``, ...), since the last send timeout, or None when
+        none has. A refusal that ends the connection for good
+        (:data:`_FINAL_HANDSHAKE_FAILURES`) comes once and is kept: every later send times
+        out for it."""
         failure = None
         while self._handshakes is not None and self._handshakes.poll(0):
             failure = zmq.Event(recv_monitor_message(self._handshakes)["event"]).name
-        return failure
+            if failure in _FINAL_HANDSHAKE_FAILURES:
+                self._refused_for_good = failure
+        return failure or self._refused_for_good
 
     def _stop_watching_handshakes(self) -> None:
         """Stop the monitor of failed handshakes and close its socket; idempotent."""
@@ -421,6 +433,15 @@ _HANDSHAKE_FAILURES = (
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
+
+
+_FINAL_HANDSHAKE_FAILURES = frozenset(
+    {zmq.Event.HANDSHAKE_FAILED_PROTOCOL.name, zmq.Event.HANDSHAKE_FAILED_AUTH.name}
+)
+"""Failed handshakes after which libzmq (4.3) ends the connection for good instead of
+reconnecting: a mechanism mismatch (CURVE on one side only) and a client key the daemon's
+ZAP handler refused. A server key that is not the daemon's fails with no detail, and is
+retried every ``RECONNECT_IVL``."""
 
 
 def _push_socket(

@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 import pytest
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.garbage import GarbageCollectorThread
 
 from streamer.bench.bench_config import free_port
@@ -993,3 +994,38 @@ def test_a_subscriber_through_thousands_of_reconnections_stops_no_socket_of_its_
     subscriber.close()
     client_context.term()
     server_context.term()
+
+
+def test_a_producer_refused_for_good_says_so_at_every_send_timeout(tmp_path: Path) -> None:
+    """libzmq does not reconnect after the daemon's ZAP handler refused a client key: the
+    first send timeout read the refusal off the monitor, and every later one said that no
+    daemon was connected (``is `streamer run` listening there?``), with one listening."""
+    context: Context = zmq.Context()
+    authenticator = ThreadAuthenticator(context)
+    authenticator.start()
+    authenticator.configure_curve(domain="*", location=str(tmp_path))  # no client allowed
+    server_public, server_secret = zmq.curve_keypair()
+    daemon = context.socket(zmq.PULL)
+    daemon.setsockopt(zmq.CURVE_SERVER, 1)
+    daemon.setsockopt(zmq.CURVE_SECRETKEY, server_secret)
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    daemon.bind(endpoint)
+    stranger = CurveClient(*zmq.curve_keypair(), server_public)
+    image = np.zeros((4, 4, 3), np.uint8)
+    refused = "refused the connection's security handshake \\(HANDSHAKE_FAILED_AUTH.*not retried"
+    try:
+        with Producer(
+            endpoint,
+            source="a",
+            encoding="raw",
+            context=context,
+            curve=stranger,
+            send_timeout_s=0.3,
+        ) as producer:
+            for _ in range(2):
+                with pytest.raises(SendTimeoutError, match=refused):
+                    producer.send(image)
+    finally:
+        daemon.close(linger=0)
+        authenticator.stop()
+        context.term()
