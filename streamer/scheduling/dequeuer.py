@@ -58,7 +58,8 @@ class Dequeuer(Worker):
             which the replica is taken out of rotation (each failed batch is retried
             elsewhere or gets error results first).
         observe: told of each batch the model executed, failed executions included, once
-            its frames' ``model`` and ``infer_*_ns`` are set (the per-model metrics).
+            its frames' ``model`` and ``infer_*_ns`` are set (the per-model metrics); those
+            of a batch whose output was lost are 0 (when it ran is unknown).
     """
 
     def __init__(
