@@ -21,6 +21,7 @@ import pytest
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.garbage import GarbageCollectorThread
+from zmq.utils.monitor import recv_monitor_message
 
 from streamer.bench.bench_config import free_port
 from streamer.clients import (
@@ -928,6 +929,13 @@ def test_the_clients_connect_to_an_ipv6_host() -> None:
         context.term()
 
 
+_SERVER_REFUSALS = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+
+
 def test_a_refused_producer_does_not_stop_the_other_sockets_of_its_context() -> None:
     """libzmq sends a monitor's events from the context's I/O thread and waits while their
     queue is full: a producer whose daemon refused its handshakes (a server key that is not
@@ -942,6 +950,7 @@ def test_a_refused_producer_does_not_stop_the_other_sockets_of_its_context() -> 
     locked.setsockopt(zmq.CURVE_SERVER, 1)
     locked.setsockopt(zmq.CURVE_SECRETKEY, server_secret)
     locked_endpoint, plain_endpoint = (f"tcp://127.0.0.1:{free_port()}" for _ in range(2))
+    refusals = locked.get_monitor_socket(_SERVER_REFUSALS)
     locked.bind(locked_endpoint)
     plain.bind(plain_endpoint)
     public, secret = zmq.curve_keypair()
@@ -952,11 +961,17 @@ def test_a_refused_producer_does_not_stop_the_other_sockets_of_its_context() -> 
                  send_timeout_s=0.5) as refused,
         Producer(plain_endpoint, source="b", encoding="raw", context=context) as other,
     ):  # fmt: skip
-        time.sleep(8)  # hundreds of refused handshakes a second
+        deadline = time.monotonic() + 60
+        for seen in range(2100):  # more than the monitor's default queue holds
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            assert refusals.poll(wait_ms), f"the producer stopped retrying after {seen}"
+            recv_monitor_message(refusals)
         other.send(image)
         assert plain.poll(5000), "the context's I/O thread waits on a full monitor"
         with pytest.raises(SendTimeoutError, match="refused the connection's security handsh"):
             refused.send(image)
+    locked.disable_monitor()
+    refusals.close(linger=0)
     locked.close(linger=0)
     plain.close(linger=0)
     context.term()
