@@ -11,7 +11,7 @@ from streamer.errors import ClientError
 from streamer.transport.endpoints import ipv6_host
 from streamer.transport.security import CurveClient
 
-__all__ = ["connect", "unbounded_monitor"]
+__all__ = ["connect", "stop_monitor", "unbounded_monitor"]
 
 
 def connect(socket: zmq.Socket[Any], endpoint: str, curve: CurveClient | None) -> None:
@@ -49,3 +49,11 @@ def unbounded_monitor(socket: zmq.Socket[Any], events: int) -> zmq.Socket[Any]:
     monitor.setsockopt(zmq.RCVHWM, 0)  # before connecting: the pipe's limit is set then
     monitor.connect(address)
     return monitor
+
+
+def stop_monitor(socket: zmq.Socket[Any], monitor: zmq.Socket[Any] | None) -> None:
+    """Stop ``socket``'s monitor and close its socket ``monitor`` (from
+    :func:`unbounded_monitor`); nothing when ``monitor`` is None (already stopped)."""
+    if monitor is not None:
+        socket.disable_monitor()
+        monitor.close(linger=0)

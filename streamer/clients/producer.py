@@ -29,7 +29,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from streamer.clients.connection import connect, unbounded_monitor
+from streamer.clients.connection import connect, stop_monitor, unbounded_monitor
 from streamer.clients.frame_limits import DEFAULT_FRAME_LIMITS, FrameLimits
 from streamer.clients.media import MediaInput, open_input
 from streamer.clients.outbox import Outbox
@@ -408,10 +408,8 @@ class Producer(Closing):
 
     def _stop_watching_handshakes(self) -> None:
         """Stop the monitor of failed handshakes and close its socket; idempotent."""
-        if self._handshakes is not None:
-            self._socket.disable_monitor()
-            self._handshakes.close(linger=0)
-            self._handshakes = None
+        stop_monitor(self._socket, self._handshakes)
+        self._handshakes = None
 
 
 _SEND_SLICE_S = 0.1
@@ -457,8 +455,7 @@ def _push_socket(
     try:
         connect(socket, endpoint, curve)
     except ClientError:
-        socket.disable_monitor()
-        handshakes.close(linger=0)
+        stop_monitor(socket, handshakes)
         socket.close(linger=0)
         raise
     return socket, handshakes

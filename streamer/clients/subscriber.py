@@ -28,7 +28,7 @@ import cv2
 import numpy as np
 import zmq
 
-from streamer.clients.connection import connect, unbounded_monitor
+from streamer.clients.connection import connect, stop_monitor, unbounded_monitor
 from streamer.errors import ClientError
 from streamer.lifecycle import Closing
 from streamer.transport.security import CurveClient
@@ -172,10 +172,8 @@ class Subscriber(Closing):
 
     def _stop_watching_handshakes(self) -> None:
         """Stop the monitor of handshakes and close its socket; idempotent."""
-        if self._handshakes is not None:
-            self._socket.disable_monitor()
-            self._handshakes.close(linger=0)
-            self._handshakes = None
+        stop_monitor(self._socket, self._handshakes)
+        self._handshakes = None
 
     def _parse(self, parts: list[bytes]) -> dict[str, Any] | None:
         if len(parts) != 2:
