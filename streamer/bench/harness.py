@@ -26,6 +26,7 @@ from streamer.bench.modes import (
     DAEMON,
     HALF_RATE,
     MANY_SOURCES,
+    MANY_SOURCES_FRAMES_FACTOR,
     MANY_SOURCES_MODE,
     NAIVE,
     PROFILED,
@@ -159,7 +160,7 @@ class Harness:
         primary = self.daemons[0]
         best = self._best_fps[name] = max(self._best_fps.get(name, 0.0), runs[DAEMON].result.fps)
         half = Load(HALF_RATE, 1, self._count, round(best / 2, 1))
-        many = Load(MANY_SOURCES_MODE, MANY_SOURCES, self._count)
+        many = Load(MANY_SOURCES_MODE, MANY_SOURCES, self._count * MANY_SOURCES_FRAMES_FACTOR)
         for load in (half, many):
             runs[load.mode] = self._daemon_run(primary, load, name, components)
         return runs

@@ -7,6 +7,7 @@ __all__ = [
     "DEVICE_SIDE",
     "HALF_RATE",
     "MANY_SOURCES",
+    "MANY_SOURCES_FRAMES_FACTOR",
     "MANY_SOURCES_MODE",
     "NAIVE",
     "PROFILED",
@@ -23,6 +24,11 @@ HALF_RATE = "daemon_half_rate"
 MANY_SOURCES = 16
 MANY_SOURCES_MODE = f"daemon_{MANY_SOURCES}_sources"
 """The primary daemon at full load, the frames spread over 16 sources."""
+MANY_SOURCES_FRAMES_FACTOR = 5
+"""The 16-source run sends this many times the frames of the others. Its 16 connections
+buffer about 2,100 frames (each source's send HWM and the ingress's receive HWM) before the
+first result comes back; at 5 x 1,000 frames the producer still sends for about half of the
+results, so the run has a steady rate to compare with one source's."""
 DEVICE_SIDE = "daemon_device_side"
 """The primary daemon's config with its pre- and post-processing moved off the host (the
 letterbox normalisation into the model or AIPP, NMS to single operators), at full load."""

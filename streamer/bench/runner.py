@@ -26,7 +26,7 @@ from streamer.bench.deferred_signals import signals_deferred
 from streamer.bench.frameset import FrameSet
 from streamer.bench.harness import PROFILE_FRAMES_FACTOR, DaemonPlan, Harness, Measured
 from streamer.bench.inputs import INPUTS
-from streamer.bench.modes import DEVICE_SIDE, daemon_mode
+from streamer.bench.modes import DEVICE_SIDE, MANY_SOURCES_FRAMES_FACTOR, daemon_mode
 from streamer.bench.plot import INSTALL_HINT, plot_available, write_plot
 from streamer.bench.report import BenchReport, format_report, write_json
 from streamer.bench.work import check_benchable, replica_sessions
@@ -273,7 +273,8 @@ def _total_frames(options: BenchOptions, daemons: int, chunk: int, sessions: int
     """Frames the progress bar counts: every run of every input (the components' frames
     once alone, and once per replica session together)."""
     components = math.ceil(options.frames / chunk) * chunk * (1 + sessions)
-    runs_per_round = 2 + daemons + 2  # serial, naive, a full load per daemon, 50 %, sources
+    # serial, naive, a full load per daemon, 50 %, and the longer run of 16 sources
+    runs_per_round = 2 + daemons + 1 + MANY_SOURCES_FRAMES_FACTOR
     runs = options.rounds * runs_per_round + options.profile * PROFILE_FRAMES_FACTOR
     return len(INPUTS) * (options.rounds * components + runs * options.frames)
 

@@ -14,7 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from streamer.bench.components import Components, Limit
-from streamer.bench.modes import DAEMON, HALF_RATE, MANY_SOURCES, MANY_SOURCES_MODE, NAIVE, SERIAL
+from streamer.bench.modes import (
+    DAEMON,
+    HALF_RATE,
+    MANY_SOURCES,
+    MANY_SOURCES_MODE,
+    NAIVE,
+    SERIAL,
+)
 from streamer.bench.stats import RunResult
 
 __all__ = [
@@ -85,8 +92,10 @@ def input_targets(
 
 def _alike(run: RunResult, other: RunResult) -> tuple[float, float]:
     """The frames/s of two daemon runs measured alike: their steady rates where both have
-    one, else their whole-run rates. A run of 16 sources often has no steady part: its
-    producer's 16 connections buffer every frame before the first result comes back."""
+    one, else their whole-run rates. A run of 16 sources has no steady part when its
+    frames are few (``--frames`` under about 500): its producer's 16 connections buffer
+    them all before the first result comes back
+    (:data:`~streamer.bench.modes.MANY_SOURCES_FRAMES_FACTOR`)."""
     if (run.whole_run_fps is None) == (other.whole_run_fps is None):
         return run.fps, other.fps
     return _whole_run_fps(run), _whole_run_fps(other)
