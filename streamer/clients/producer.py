@@ -29,13 +29,14 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from streamer.clients.connection import connect, stop_monitor, unbounded_monitor
+from streamer.clients.connection import connect
 from streamer.clients.frame_limits import DEFAULT_FRAME_LIMITS, FrameLimits
 from streamer.clients.media import MediaInput, open_input
 from streamer.clients.outbox import Outbox
 from streamer.clients.pacer import Pacer
 from streamer.errors import ClientError, FrameError, SendTimeoutError
 from streamer.lifecycle import Closing
+from streamer.transport.monitor import stop_monitor, unbounded_monitor
 from streamer.transport.protocol import (
     ENCODINGS,
     RUN_RULE,

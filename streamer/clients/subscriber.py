@@ -28,9 +28,10 @@ import cv2
 import numpy as np
 import zmq
 
-from streamer.clients.connection import connect, stop_monitor, unbounded_monitor
+from streamer.clients.connection import connect
 from streamer.errors import ClientError
 from streamer.lifecycle import Closing
+from streamer.transport.monitor import stop_monitor, unbounded_monitor
 from streamer.transport.security import CurveClient
 
 __all__ = [

@@ -41,6 +41,7 @@ from zmq.utils.monitor import recv_monitor_message
 from streamer.config import EgressConfig, IngressConfig
 from streamer.errors import ClientError, ConfigError
 from streamer.log_budget import LogBudget
+from streamer.transport.monitor import stop_monitor, unbounded_monitor
 
 __all__ = [
     "MAX_LOGGED_KEYS",
@@ -352,7 +353,7 @@ class HandshakeMonitor:
 
     def __init__(self, socket: zmq.Socket[Any], where: str) -> None:
         self._watched = socket
-        self.socket: zmq.Socket[Any] = socket.get_monitor_socket(_FAILED_HANDSHAKES)
+        self.socket = unbounded_monitor(socket, _FAILED_HANDSHAKES)
         self._where = where
         self._seen: set[tuple[int, int]] = set()
 
@@ -373,8 +374,7 @@ class HandshakeMonitor:
 
     def close(self) -> None:
         """Stop monitoring and close the monitor socket; call before closing the socket."""
-        self._watched.disable_monitor()
-        self.socket.close(linger=0)
+        stop_monitor(self._watched, self.socket)
 
 
 def _describe(event: int, value: int) -> str:

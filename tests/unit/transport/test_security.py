@@ -256,3 +256,47 @@ def test_keygen_tool(tmp_path: Path) -> None:
     assert again.returncode == 1 and "--force" in again.stderr
     forced = subprocess.run([*run, "--force"], capture_output=True, text=True, timeout=60)
     assert forced.returncode == 0, forced.stderr
+
+
+def test_a_flood_of_failed_handshakes_between_drains_stops_no_socket_of_the_context(
+    context: zmq.Context[Any], keys: dict[str, Path]
+) -> None:
+    """libzmq sends a monitor's events from the context's I/O thread and waits while their
+    queue is full (1000 messages by default). The daemon drains its monitors every 100 ms
+    at most (the ingress thread, when a full queue does not hold it): a flood of failed
+    handshakes in between stopped every socket of its context, ingress and egress alike."""
+    address, plain_address = _address(), _address()
+    server = CurveServer.from_config(_config(keys), "ingress x")
+    assert server is not None
+    pull, plain = context.socket(zmq.PULL), context.socket(zmq.PULL)
+    server.apply(pull)
+    monitor = HandshakeMonitor(pull, "ingress x")
+    pull.bind(address)
+    plain.bind(plain_address)
+    flooding: zmq.Context[Any] = zmq.Context()
+    flooding.setsockopt(zmq.RECONNECT_IVL, 1)
+    client = flooding.socket(zmq.PUSH)  # another server key: refused, and retried
+    CurveClient(*zmq.curve_keypair(), zmq.curve_keypair()[0]).apply(client)
+    client_failures = client.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+    client.connect(address)
+    sender = _client(flooding, plain_address, None, keys["public"])
+    try:
+        deadline = time.monotonic() + 60
+        for seen in range(2100):  # more than the monitor's default queue holds, undrained
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            assert client_failures.poll(wait_ms), f"the client stopped retrying after {seen}"
+            client_failures.recv_multipart()
+        sender.send(b"still moving")
+        assert plain.poll(5000), "the context's I/O thread waits on a full monitor"
+        assert plain.recv() == b"still moving"
+        with capture_logs() as logs:
+            monitor.drain()
+        monitor.close()
+    finally:
+        client.disable_monitor()
+        for sock in (client_failures, client, sender):
+            sock.close(linger=0)
+        flooding.term()
+        pull.close(linger=0)
+        plain.close(linger=0)
+    assert [e["event"] for e in logs] == ["curve_handshake_failed"] * len(logs) and logs
