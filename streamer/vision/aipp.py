@@ -33,13 +33,18 @@ def model_aipp(
     config: Config, model: str, size: tuple[int, int] | None = None
 ) -> StaticAipp | DynamicAippConfig:
     """The ``aipp_op`` for model ``model``: :func:`mtcnn_aipp` for an MTCNN item stage,
-    :func:`letterbox_aipp` otherwise (same arguments and errors; a negative ``size`` is a
-    :class:`~streamer.errors.ConfigError` too)."""
+    :func:`letterbox_aipp` otherwise (same arguments and errors; a negative ``size``, or one
+    with a single 0, is a :class:`~streamer.errors.ConfigError` too)."""
     stage = _stage(config, model)
     if size is not None and min(size) < 0:
         raise ConfigError(
             f"size {size[0]} {size[1]}: height and width are pixels, not negative "
             "(0 0 for resolution gears)"
+        )
+    if size is not None and 0 in size and any(size):
+        raise ConfigError(
+            f"size {size[0]} {size[1]}: an image has no {'height' if size[0] == 0 else 'width'}"
+            "; give both in pixels, or 0 0 for resolution gears"
         )
     post = stage.postprocess
     if post is not None and post.kind in MTCNN_KINDS:

@@ -166,6 +166,22 @@ def test_cli_refuses_a_negative_size_with_one_line(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(("size", "missing"), [(("0", "128"), "height"), (("96", "0"), "width")])
+def test_cli_refuses_a_size_with_one_zero(
+    tmp_path: Path, size: tuple[str, str], missing: str
+) -> None:
+    """``--size 0 128`` printed ``src_image_size_h : 0`` beside a width of 128: neither a
+    static size nor the 0 0 of resolution gears, and ATC's error came only at the build."""
+    config = face_config(tmp_path)
+    base = ["models", "aipp", "--config", str(config), "--model", "face", "--size"]
+    result = CliRunner().invoke(main, [*base, *size])
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        f"error: size {size[0]} {size[1]}: an image has no {missing}; give both in pixels, "
+        "or 0 0 for resolution gears\n"
+    )
+
+
 def test_a_std_whose_aipp_multiplier_is_beyond_float16_is_refused() -> None:
     """AIPP's var_reci_chn is a float16 (aclmdlSetAIPPPixelVarReci: [-65504, 65504])."""
     tiny = InputNormalization.from_mean_std(
