@@ -116,12 +116,15 @@ def _exit_before_start(config_path: Path, why: str, log_format: LogFormat, code:
 @main.command()
 @_config_option
 def check(config_path: Path) -> None:
-    """Validate a config and load its models; open no sockets."""
+    """Validate a config and load its models; open no ZeroMQ sockets (a plain one on port 0
+    tries each tcp bind to an IP address: one not of this machine is a config error)."""
     from streamer.pipeline import Pipeline
+    from streamer.transport.endpoints import check_binds_here
 
     _log_to_stderr()
     config = _load(config_path)
     try:
+        check_binds_here(config.ingress, config.egress)
         pipeline = Pipeline.load(config)
     except (ConfigError, ModelError) as exc:  # plug-in and backend messages name no file
         click.echo(f"error: {config_path}: {exc}", err=True)

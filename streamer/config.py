@@ -13,7 +13,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args
@@ -103,19 +103,41 @@ def validate_strict(model: type[_Model], table: Mapping[str, Any]) -> _Model:
     return model.model_validate_json(data, strict=True)
 
 
-def error_lines(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[str]:
+def error_lines(
+    exc: ValidationError,
+    model: type[BaseModel],
+    prefix: str = "",
+    data: Mapping[str, Any] | None = None,
+) -> list[str]:
     """One ``<prefix>.<key>: <problem>`` line per error of validating ``model``; an unknown
-    key's line lists the keys its table takes, and the closest one (a likely typo)."""
+    key's line lists the keys its table takes, and the closest one (a likely typo). ``data``
+    is the table validated, to name the tables of a list in the key (:func:`key_text`)."""
     lines = []
     for err in exc.errors():
         loc = err["loc"]
-        key = ".".join([prefix, *map(str, loc)] if prefix else map(str, loc))
+        key = key_text(loc, data, prefix)
         message = err["msg"]
         if err["type"] == "extra_forbidden" and (table := _model_at(model, loc[:-1])):
             known = sorted(n for n, f in table.model_fields.items() if not f.exclude)
             message = _unknown_key(str(loc[-1]), known)
         lines.append(f"{key or '(top level)'}: {message}")
     return lines
+
+
+def key_text(loc: Sequence[int | str], data: Any = None, prefix: str = "") -> str:
+    """The key at ``loc`` as a user finds it in the file: ``models[0] ('face').batch.max_size``
+    (pydantic's ``models.0.batch.max_size``), a list's index in brackets and, for a table of
+    ``data`` (the table validated) with a string ``name``, that name."""
+    text = prefix
+    for part in loc:
+        if isinstance(part, int):
+            data = data[part] if isinstance(data, list) and 0 <= part < len(data) else None
+            name = data.get("name") if isinstance(data, dict) else None
+            text += f"[{part}]" + (f" ({name!r})" if isinstance(name, str) else "")
+        else:
+            data = data.get(part) if isinstance(data, dict) else None
+            text += f".{part}" if text else str(part)
+    return text
 
 
 def _unknown_key(key: str, known: list[str]) -> str:
@@ -715,8 +737,8 @@ def cache_dir() -> Path:
     return base / "streamer"
 
 
-def _format_errors(path: Path, exc: ValidationError) -> str:
-    """One line per error, naming its key.
+def _format_errors(path: Path, exc: ValidationError, data: Mapping[str, Any]) -> str:
+    """One line per error, naming its key (:func:`key_text`; ``data`` is the file's table).
 
     A table list's ``too_short`` error is left out when an error under the same key is
     reported: pydantic adds one (``models: Tuple should have at least 1 item after
@@ -724,7 +746,7 @@ def _format_errors(path: Path, exc: ValidationError) -> str:
     """
     keys = [".".join(str(p) for p in err["loc"]) for err in exc.errors()]
     lines = [f"{path}: invalid configuration"]
-    for key, err, line in zip(keys, exc.errors(), error_lines(exc, Config), strict=True):
+    for key, err, line in zip(keys, exc.errors(), error_lines(exc, Config, "", data), strict=True):
         if err["type"] == "too_short" and any(k.startswith(f"{key}.") for k in keys):
             continue
         lines.append(f"  {line}")
@@ -766,16 +788,18 @@ def _expanded(path: str, key: str) -> Path:
         raise ValueError(f"{key}: cannot expand {path!r}: {exc}") from exc
 
 
-def _refuse_dates(value: Any, file: Path, key: str = "") -> None:
+def _refuse_dates(value: Any, file: Path, root: Any, loc: tuple[int | str, ...] = ()) -> None:
     """No setting takes a TOML date or time; refuse one before validation, which would pass
-    it on as its ISO text (:func:`validate_strict`).
+    it on as its ISO text (:func:`validate_strict`). ``root`` is the file's table, ``loc``
+    where ``value`` sits in it.
 
     Raises:
         ConfigError: naming the file and the key.
     """
     if isinstance(value, datetime.date | datetime.time):
         raise ConfigError(
-            f"{file}: invalid configuration\n  {key}: a date or time is not a valid value"
+            f"{file}: invalid configuration\n"
+            f"  {key_text(loc, root)}: a date or time is not a valid value"
         )
     children = (
         value.items()
@@ -785,7 +809,7 @@ def _refuse_dates(value: Any, file: Path, key: str = "") -> None:
         else ()
     )
     for name, child in children:
-        _refuse_dates(child, file, f"{key}.{name}" if key else str(name))
+        _refuse_dates(child, file, root, (*loc, name))
 
 
 MAX_CONFIG_BYTES = 16 << 20
@@ -816,11 +840,11 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     if "source_file" in data:  # set from the path below, not a setting
         raise ConfigError(f"{file}: invalid configuration\n  source_file: unknown key")
     try:
-        _refuse_dates(data, file)
+        _refuse_dates(data, file, data)
         _resolve_key_paths(data, file.resolve().parent)
         return validate_strict(Config, {**data, "source_file": file.resolve()})
     except ValidationError as exc:
-        raise ConfigError(_format_errors(file, exc)) from exc
+        raise ConfigError(_format_errors(file, exc, data)) from exc
     except (ValueError, RecursionError) as exc:
         # A hex/octal/binary integer too long to print in decimal; arrays nested too deep.
         raise ConfigError(f"{file}: invalid configuration: {exc}") from exc

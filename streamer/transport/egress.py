@@ -31,7 +31,7 @@ from streamer.errors import FrameError, Reason
 from streamer.frames import STOP, Batch, EndOfStream, Frame, OutcomeCounts
 from streamer.lifecycle import Worker
 from streamer.log_budget import LogBudget, logged
-from streamer.transport.endpoints import EGRESS_TYPES, Endpoint, parse_endpoint
+from streamer.transport.endpoints import EGRESS_TYPES, Endpoint, IpcFile, parse_endpoint
 from streamer.transport.protocol import encode_eos_result, encode_result
 from streamer.transport.security import CurveServer, HandshakeMonitor
 
@@ -98,6 +98,7 @@ class Egress(Worker):
         ]
         self._curves = [CurveServer.from_config(c, f"egress {c.name}") for c in configs]
         self._monitors: list[HandshakeMonitor] = []
+        self._ipc_files: list[IpcFile] = []
         self._configs = configs
         self._context = context
         self._inbox = inbox
@@ -128,6 +129,8 @@ class Egress(Worker):
                 curve.apply(socket)
                 self._monitors.append(HandshakeMonitor(socket, f"egress {config.name}"))
             attached = endpoint.attach(socket)
+            if (file := IpcFile.of(endpoint)) is not None:
+                self._ipc_files.append(file)
             _log.info(
                 "egress_ready", egress=config.name, endpoint=attached, curve=curve is not None
             )
@@ -137,6 +140,8 @@ class Egress(Worker):
             monitor.close()
         for socket in self._sockets:
             socket.close()
+        for file in self._ipc_files:
+            file.remove()
 
     def loop(self) -> None:
         next_expiry = time.monotonic() + _POLL_S

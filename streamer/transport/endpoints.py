@@ -25,6 +25,8 @@ __all__ = [
     "EGRESS_TYPES",
     "INGRESS_TYPES",
     "Endpoint",
+    "IpcFile",
+    "check_binds_here",
     "check_endpoints",
     "ipv6_host",
     "parse_endpoint",
@@ -103,6 +105,50 @@ class Endpoint:
 
     def __str__(self) -> str:
         return f"{self.kind}+{'bind' if self.bind else 'connect'}:{self.address}"
+
+
+@dataclass(frozen=True)
+class IpcFile:
+    """The socket file an ``ipc://`` bind made, to remove when the socket is closed: libzmq
+    (4.3.5, as pyzmq bundles it) unlinks a stale file before it binds a path but leaves its
+    own on close, and a file left there reads as a running daemon to ``ls`` and scripts.
+
+    Attributes:
+        path: the file's path, as bound.
+        identity: which file it was (device, inode, and its modification time, as a file
+            system may give a new file a freed inode), so that one another process has bound
+            at the path since (by unlinking this one) is left to it.
+    """
+
+    path: str
+    identity: tuple[int, int, int]
+
+    @classmethod
+    def of(cls, endpoint: Endpoint) -> IpcFile | None:
+        """The file ``endpoint`` has just bound; None for a tcp endpoint, a connect, an
+        abstract (``@``) name, or a file that cannot be read."""
+        path = endpoint.address[len("ipc://") :]
+        if not (endpoint.bind and endpoint.address.startswith("ipc://")) or path.startswith("@"):
+            return None
+        try:
+            found = os.stat(path)
+        except OSError:
+            return None
+        return cls(path, _identity(found))
+
+    def remove(self) -> None:
+        """Unlink the file, if the one there is still the one bound. Call after closing the
+        socket that bound it; errors are ignored (the next bind replaces a stale file)."""
+        try:
+            found = os.stat(self.path)
+            if _identity(found) == self.identity:
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def _identity(found: os.stat_result) -> tuple[int, int, int]:
+    return found.st_dev, found.st_ino, found.st_mtime_ns
 
 
 def ipv6_host(address: str) -> bool:
@@ -244,6 +290,47 @@ def check_endpoints(
             if (bind := _zmq_tcp_bind(endpoint.address, where)) is not None:
                 _check_port_free(bind, tcp)
                 tcp.append(bind)
+
+
+def check_binds_here(ingress: Sequence[Any], egress: Sequence[Any]) -> None:
+    """``streamer check``'s check that every tcp bind to an IP address binds one of this
+    machine's, by binding a plain socket to the address and port 0 (never the configured
+    port, which a running daemon holds). Host names, interface names, wildcards and ipc
+    paths pass. ``run`` does not refuse such an address: its bind fails (exit 1, retried),
+    as the address may only be missing until the network is up.
+
+    Args:
+        ingress, egress: the ``[[ingress]]`` and ``[[egress]]`` configs (``uri``, ``name``),
+            whose URIs :func:`check_endpoints` has parsed.
+
+    Raises:
+        ConfigError: an IP address not assigned to this machine (EADDRNOTAVAIL).
+    """
+    tables: list[tuple[str, Any, tuple[str, ...]]]
+    tables = [(f"ingress {c.name}", c.uri, INGRESS_TYPES) for c in ingress]
+    tables += [(f"egress {c.name}", c.uri, EGRESS_TYPES) for c in egress]
+    for where, uris, allowed in tables:
+        for endpoint in parse_endpoints(uris, allowed, where):
+            if endpoint.bind and endpoint.address.startswith("tcp://"):
+                _check_ip_here(endpoint.address, where)
+
+
+def _check_ip_here(address: str, where: str) -> None:
+    """Raises ConfigError: the tcp address's host is an IP address this machine does not
+    have (any other host, or a bind failing otherwise, is left to the start)."""
+    host = address[len("tcp://") :].rpartition(":")[0]
+    host = host[1:-1] if host.startswith("[") else host
+    try:
+        infos = sockets.getaddrinfo(host, 0, type=sockets.SOCK_STREAM, flags=sockets.AI_NUMERICHOST)
+    except (OSError, UnicodeError):  # a host or interface name, or `*`
+        return
+    for family, kind, proto, _, address_here in infos:
+        try:
+            with sockets.socket(family, kind, proto) as probe:
+                probe.bind(address_here)
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise ConfigError(f"{where}: {_NOT_LOCAL.format(address)}") from exc
 
 
 def _bound_key(address: str) -> str:

@@ -43,7 +43,7 @@ from streamer.config import FullPolicy, IngressConfig
 from streamer.errors import FrameError
 from streamer.frames import EndOfStream, Frame, OutcomeCounts
 from streamer.lifecycle import Worker
-from streamer.transport.endpoints import INGRESS_TYPES, Endpoint, parse_endpoints
+from streamer.transport.endpoints import INGRESS_TYPES, Endpoint, IpcFile, parse_endpoints
 from streamer.transport.imagezmq import ImagezmqReader, encode_reply
 from streamer.transport.protocol import encode_ack, read_message
 from streamer.transport.security import CurveServer, HandshakeMonitor
@@ -136,6 +136,7 @@ class Ingress(Worker):
         self._stopping = threading.Event()
         self._socket: zmq.Socket[bytes] | None = None
         self._monitor: HandshakeMonitor | None = None
+        self._ipc_files: list[IpcFile] = []
 
     def request_stop(self) -> None:
         """Stop receiving: the thread takes the messages already queued on its socket (up to
@@ -154,7 +155,11 @@ class Ingress(Worker):
         if self._curve is not None:
             self._curve.apply(socket)
             self._monitor = HandshakeMonitor(socket, self._where)
-        attached = [endpoint.attach(socket) for endpoint in self.endpoints]
+        attached = []
+        for endpoint in self.endpoints:
+            attached.append(endpoint.attach(socket))
+            if (file := IpcFile.of(endpoint)) is not None:
+                self._ipc_files.append(file)
         _log.info(
             "ingress_ready",
             ingress=self._config.name,
@@ -168,6 +173,8 @@ class Ingress(Worker):
             self._monitor.close()
         if self._socket is not None:
             self._socket.close()
+        for file in self._ipc_files:
+            file.remove()
 
     def loop(self) -> None:
         assert self._socket is not None

@@ -202,6 +202,10 @@ def test_check_rejects_bad_configs(tmp_path: Path) -> None:
         "param.toml": (default.replace("iou_threshold", "iou"), "iou"),
         "uri.toml": (default.replace("pull+bind:", "pul+bind:"), "socket type 'pul'"),
         "port.toml": (default.replace("127.0.0.1:5555", "127.0.0.1:99999"), "tcp port"),
+        "host.toml": (
+            default.replace("127.0.0.1:5555", "10.255.255.1:5555"),  # `run` fails its bind
+            "the host is no address or interface of this machine",
+        ),
         "asset.toml": (
             default.replace('"blazeface_short_range"', '"blazeface_shortrange"'),
             "unknown 'blazeface_shortrange'",

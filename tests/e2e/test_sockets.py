@@ -9,6 +9,7 @@ Each daemon keeps the harness's plain PULL ingress and PUB egress (the synchroni
 from __future__ import annotations
 
 import json
+import socket as socket_module
 import subprocess
 import sys
 import time
@@ -122,6 +123,32 @@ def test_rep_router_and_ipc(
     final = assert_accounted(daemon)
     assert final["received"] == 5 + client.probes
     assert final["dropped_by_reason"] == {"stale_seq": 1}
+
+
+def test_ipc_socket_files_are_removed_at_a_clean_stop(
+    start_daemon: Any, connect: Any, sockets: Any, jpeg: bytes, tmp_path: Path
+) -> None:
+    """libzmq leaves a bound ipc path's file behind when the socket closes: after a clean
+    stop it read as a daemon still there. A stale one (a crash) still does not stop a start."""
+    frames, results = tmp_path / "frames.ipc", tmp_path / "results.ipc"
+    with socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM) as crashed:
+        crashed.bind(str(frames))  # a file nothing listens on, as a killed daemon leaves
+    daemon = start_daemon(
+        ingress_extra=table("ingress", name="ipc", uri=f"pull+bind:ipc://{frames}")
+        + table("egress", name="ipc", uri=f"pub+bind:ipc://{results}")
+    )
+    client: Client = connect(daemon)
+    sub = sockets(zmq.SUB, connect=f"ipc://{results}")
+    sub.setsockopt(zmq.SUBSCRIBE, b"via-ipc")
+    time.sleep(0.5)  # the subscription reaches the daemon's PUB
+    sockets(zmq.PUSH, connect=f"ipc://{frames}").send_multipart(
+        encode_frame("via-ipc", 0, jpeg, encoding="jpeg")
+    )
+    assert client.collect(1)[0]["source"] == "via-ipc"
+    assert json.loads(sub.recv_multipart()[1])["source"] == "via-ipc"
+    assert frames.is_socket() and results.is_socket()
+    assert_accounted(daemon)
+    assert not frames.exists() and not results.exists()
 
 
 def test_sub_connects_out_and_takes_only_its_topics(

@@ -91,11 +91,11 @@ def test_missing_sections_and_bad_values(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "key"),
     [
-        ('[models.batch]\nmax_size = "8"\n', "models.0.batch.max_size"),
-        ("[models.batch]\nmax_size = 8.0\n", "models.0.batch.max_size"),
+        ('[models.batch]\nmax_size = "8"\n', "models[0] ('face').batch.max_size"),
+        ("[models.batch]\nmax_size = 8.0\n", "models[0] ('face').batch.max_size"),
         ("[daemon]\nqueue_size = true\n", "daemon.queue_size"),
         ('[daemon]\ndrain_timeout_s = "5"\n', "daemon.drain_timeout_s"),
-        ('[runtime]\ndevices = ["0"]\n', "runtime.devices.0"),
+        ('[runtime]\ndevices = ["0"]\n', "runtime.devices[0]"),
     ],
 )
 def test_values_of_the_wrong_type_are_errors_not_converted(
@@ -117,16 +117,16 @@ def test_values_of_the_wrong_type_are_errors_not_converted(
             "daemon.reorder_timeout_s: Input should be less",
         ),
         (('kind = "letterbox" }', 'kind = "letterbox", mean = nan }'), None),
-        (('5555"', '5555"\nhwm = 99999999999999999999'), "ingress.0.hwm: Input should be less"),
+        (('5555"', '5555"\nhwm = 99999999999999999999'), "ingress[0].hwm: Input should be less"),
         (
             ('name = "face"', 'name = "face"\nreplicas = 1025'),
-            "models.0.replicas: Input should be less",
+            "models[0] ('face').replicas: Input should be less",
         ),
         (
             ('name = "face"', "name = 1979-05-27"),
-            "models.0.name: a date or time is not a valid value",
+            "models[0].name: a date or time is not a valid value",
         ),
-        (('5555"', '5555"\ntopics = [07:32:00]'), "ingress.0.topics.0: a date or time is not a"),
+        (('5555"', '5555"\ntopics = [07:32:00]'), "ingress[0].topics[0]: a date or time is not a"),
     ],
 )
 def test_values_a_running_daemon_cannot_use_are_errors(
@@ -232,13 +232,13 @@ def test_socket_names_are_plain_words(tmp_path: Path, table: str, name: str) -> 
     """``name = ""`` named the thread ``ingress-`` and left empty labels in logs and metrics."""
     text = MINIMAL.replace(f"[[{table}]]\n", f'[[{table}]]\nname = "{name}"\n')
     shown = name.encode().decode("unicode_escape")
-    says = f"{table}.0.name: Value error, {shown!r}: a socket name is letters, digits"
+    says = f"{table}[0] ({shown!r}).name: Value error, {shown!r}: a socket name is letters, digits"
     assert says in error(tmp_path, text)
 
 
 def test_topics_need_a_sub_ingress(tmp_path: Path) -> None:
     pull = MINIMAL.replace('5555"', '5555"\ntopics = ["cam1"]')
-    assert "ingress.0.topics: Value error, `topics` applies to a `sub` ingress" in error(
+    assert "ingress[0].topics: Value error, `topics` applies to a `sub` ingress" in error(
         tmp_path, pull
     )
     sub = pull.replace("pull+bind:", "sub+connect:")
@@ -247,16 +247,35 @@ def test_topics_need_a_sub_ingress(tmp_path: Path) -> None:
 
 def test_a_failed_table_is_not_also_reported_as_missing(tmp_path: Path) -> None:
     message = error(tmp_path, MINIMAL + "[models.batch]\nmax_size = 0\n")
-    assert "models.0.batch.max_size: Input should be greater than or equal to 1" in message
+    assert (
+        "models[0] ('face').batch.max_size: Input should be greater than or equal to 1" in message
+    )
     assert "at least 1 item" not in message
     message = error(tmp_path, MINIMAL.replace('5555"', '5555"\nhwm = 0'))
-    assert "ingress.0.hwm" in message and "at least 1 item" not in message
+    assert "ingress[0].hwm" in message and "at least 1 item" not in message
     empty = "ingress = []\n" + MINIMAL.replace(
         '[[ingress]]\nuri = "pull+bind:tcp://127.0.0.1:5555"\n', ""
     )
     assert "ingress: Tuple should have at least 1 item after validation, not 0" in error(
         tmp_path, empty
     )
+
+
+def test_a_key_in_a_table_list_names_the_table_as_the_file_does(tmp_path: Path) -> None:
+    """Keys read ``models[0] ('face').batch.max_size``, not pydantic's ``models.0.batch...``:
+    the file has ``[[models]]`` tables, found by their name."""
+    text = (
+        MINIMAL.replace("[[ingress]]\n", '[[ingress]]\nname = "door"\nhwm = 0\n')
+        .replace("[[egress]]\n", '[[egress]]\nname = "out"\nhmw = 1\n')
+        .replace('name = "face"', 'name = "face"\nreplicas = 0')
+    )
+    second = '[[models]]\nname = "eyes"\npath = "e.onnx"\ninput = "face:crops"\nreplicas = 0\n'
+    message = error(tmp_path, text + second)
+    assert "  ingress[0] ('door').hwm: Input should be greater than or equal to 1" in message
+    assert "  egress[0] ('out').hmw: unknown key" in message
+    assert "  models[0] ('face').replicas: Input should be greater" in message
+    assert "  models[1] ('eyes').replicas: Input should be greater" in message
+    assert ".0." not in message and ".1." not in message
 
 
 def test_an_unknown_key_lists_the_known_ones_and_the_closest(tmp_path: Path) -> None:
@@ -267,11 +286,14 @@ def test_an_unknown_key_lists_the_known_ones_and_the_closest(tmp_path: Path) -> 
         load_config(write(tmp_path, text))
     message = str(info.value)
     assert (
-        "ingress.0.hmw: unknown key (known: curve_clients_dir, curve_secret_key_file, hwm"
+        "ingress[0].hmw: unknown key (known: curve_clients_dir, curve_secret_key_file, hwm"
         in message
     )
     assert "did you mean 'hwm'?" in message
-    assert "models.0.replica: unknown key" in message and "did you mean 'replicas'?" in message
+    assert (
+        "models[0] ('face').replica: unknown key" in message
+        and "did you mean 'replicas'?" in message
+    )
     with pytest.raises(ConfigError, match="source_file: unknown key"):
         load_config(write(tmp_path, f'source_file = "x.toml"\n{MINIMAL}'))
     with pytest.raises(ConfigError) as top:
@@ -285,6 +307,17 @@ def test_streamer_check_exits_2_without_devices(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "runtime.devices: Value error, list one device id at least" in result.output
+
+
+def test_streamer_check_exits_2_for_a_bind_to_another_machines_address(tmp_path: Path) -> None:
+    """It said ok, and `streamer run` failed at start (exit 1, "Cannot assign requested
+    address")."""
+    text = MINIMAL.replace("pull+bind:tcp://127.0.0.1:5555", "pull+bind:tcp://10.255.255.1:5555")
+    path = write(tmp_path, text)
+    result = CliRunner().invoke(main, ["check", "--config", str(path)])
+    assert result.exit_code == 2
+    says = f"error: {path}: ingress ingress: tcp://10.255.255.1:5555: cannot bind: the host is no"
+    assert says in result.output
 
 
 def test_streamer_check_names_the_file_for_a_plug_in_error(tmp_path: Path) -> None:

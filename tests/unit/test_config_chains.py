@@ -142,4 +142,7 @@ def test_an_empty_map_after_the_adapter_is_refused(text: str, says: str) -> None
 @pytest.mark.parametrize("name", ["", "face:v2", "face v2", "face/2", "gesicht:"])
 def test_a_model_name_is_letters_digits_and_dot_dash_underscore(tmp_path: Path, name: str) -> None:
     message = error(tmp_path, BACKBONE.replace('"backbone"', f'"{name}"'))
-    assert f"models.0.name: Value error, {name!r}: a model name is letters, digits" in message
+    assert (
+        f"models[0] ({name!r}).name: Value error, {name!r}: a model name is letters, digits"
+        in message
+    )

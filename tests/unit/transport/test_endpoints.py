@@ -1,4 +1,5 @@
 import errno
+import os
 import re
 import socket as sockets
 from pathlib import Path
@@ -11,6 +12,8 @@ from streamer.errors import ConfigError
 from streamer.transport.endpoints import (
     EGRESS_TYPES,
     INGRESS_TYPES,
+    IpcFile,
+    check_binds_here,
     check_endpoints,
     parse_endpoint,
     parse_endpoints,
@@ -280,3 +283,70 @@ def test_hosts_that_do_not_resolve_are_config_errors(host: str) -> None:
         check_endpoints(ingress, [])
     connect = [IngressConfig(name="in", uri=f"pull+connect:tcp://{host}:6555")]
     check_endpoints(connect, [])  # the peer's name is ZeroMQ's to resolve, again and again
+
+
+@pytest.mark.parametrize("host", ["10.255.255.1", "203.0.113.77"])
+def test_check_refuses_an_ip_address_of_another_machine(host: str) -> None:
+    """`streamer check` said ok, and `streamer run` failed at start: "Cannot assign requested
+    address"."""
+    ingress = [IngressConfig(name="in", uri=f"pull+bind:tcp://{host}:6555")]
+    check_endpoints(ingress, [])  # `run`'s check: the address may come with the network
+    with pytest.raises(ConfigError, match=f"ingress in: tcp://{host}:6555: cannot bind: the host"):
+        check_binds_here(ingress, [])
+    egress = [EgressConfig(name="out", uri=f"pub+bind:tcp://{host}:6556")]
+    with pytest.raises(ConfigError, match=f"egress out: tcp://{host}:6556: cannot bind"):
+        check_binds_here([], egress)
+    several = ("sub+connect:tcp://127.0.0.1:6557", f"sub+bind:tcp://{host}:6558")
+    with pytest.raises(ConfigError, match=f"ingress in: tcp://{host}:6558"):
+        check_binds_here([IngressConfig(name="in", uri=several)], [])
+    check_binds_here([IngressConfig(name="in", uri=f"pull+connect:tcp://{host}:6555")], [])
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "tcp://127.0.0.1:{port}",
+        "tcp://0.0.0.0:{port}",
+        "tcp://*:{port}",
+        "tcp://[::]:{port}",
+        "tcp://[::1]:{port}",
+        "tcp://localhost:{port}",
+        "tcp://lo:{port}",
+        "tcp://127.0.0.1:*",
+        "ipc://{tmp}/frames.sock",
+        "ipc://@streamer-check-frames",
+    ],
+)
+def test_check_passes_this_machines_binds_even_when_a_daemon_holds_them(
+    tmp_path: Path, address: str
+) -> None:
+    """The check binds port 0, never the configured port, which a running daemon holds."""
+    with sockets.socket(sockets.AF_INET, sockets.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        text = address.format(port=held.getsockname()[1], tmp=tmp_path)
+        ingress = [IngressConfig(name="in", uri=f"pull+bind:{text}")]
+        check_binds_here(ingress, [EgressConfig(name="out", uri=f"pub+bind:{text}")])
+
+
+def test_an_ipc_file_is_removed_only_while_it_is_the_one_bound(tmp_path: Path) -> None:
+    """libzmq leaves the file on close; a file another socket has bound at the path since
+    (libzmq unlinks ours when it binds) is that socket's."""
+    path = tmp_path / "frames.sock"
+    endpoint = parse_endpoint(f"pull+bind:ipc://{path}", INGRESS_TYPES, "ingress")
+    with zmq.Context() as context:
+        for replaced in (False, True):
+            socket = context.socket(zmq.PULL)
+            endpoint.attach(socket)
+            file = IpcFile.of(endpoint)
+            socket.close(linger=0)
+            assert file is not None and path.is_socket()
+            if replaced:  # the link keeps the inode from being given to the new file
+                os.link(path, tmp_path / "held")
+                path.unlink()
+                with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as other:
+                    other.bind(str(path))
+            file.remove()
+            assert path.exists() is replaced
+    for uri in ("pull+connect:ipc:///tmp/x.sock", "pull+bind:ipc://@x", "pull+bind:tcp://*:1"):
+        assert IpcFile.of(parse_endpoint(uri, INGRESS_TYPES, "ingress")) is None
