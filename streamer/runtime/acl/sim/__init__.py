@@ -16,6 +16,8 @@ S12, S19-S21      :mod:`.streams`
 S17, S18          :mod:`.simulator`, :mod:`.queues`
 S22               :mod:`.threads`
 S23-S29           :mod:`.queues`, :mod:`.api_tdt`
+teardown          :mod:`.teardown` (release order: stream → context → device → finalize,
+                  model resources and tdt queues first, callbacks unsubscribed first)
 O1-O7             :mod:`.single_ops`, :mod:`.op_handles`, :mod:`.op_kernels` (single
                   operators: ``acl.op.infer_shape`` / ``execute_v2``, tensor descriptions)
 AIPP              :mod:`.aipp_sets` (``create_aipp``, ``set_aipp_*``), :mod:`.aipp_model`

@@ -1,5 +1,7 @@
 """The simulated ``acl`` top level, ``acl.rt`` and ``acl.util`` (pyACL formats from RT
-``python/pyACL/py_init_acl.cpp``, ``rt/*.cpp``, ``util/*.cpp``)."""
+``python/pyACL/py_init_acl.cpp``, ``rt/*.cpp``, ``util/*.cpp``). ``destroy_stream``,
+``destroy_context``, ``reset_device`` and ``acl.finalize`` enforce rule ``teardown``
+(:mod:`~streamer.runtime.acl.sim.teardown`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from streamer.runtime.acl.constants import AclCode, RunMode
+from streamer.runtime.acl.sim import teardown
 from streamer.runtime.acl.sim.binding import SimError
 from streamer.runtime.acl.sim.memory import MemoryKind
 
@@ -59,6 +62,7 @@ def _devices(sim: Simulator, rt: ModuleType) -> None:
         return 0
 
     def reset_device(device: int) -> int:
+        teardown.check_reset_device(sim, device)
         sim.devices.reset_device(device)
         return 0
 
@@ -66,6 +70,8 @@ def _devices(sim: Simulator, rt: ModuleType) -> None:
         return sim.devices.create_context(device), 0
 
     def destroy_context(context: int) -> int:
+        sim.devices.explicit(context)
+        teardown.check_destroy_context(sim, context)
         sim.devices.destroy_context(context)
         return 0
 

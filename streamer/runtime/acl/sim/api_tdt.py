@@ -2,6 +2,8 @@
 
 Exports the queue functions streamer calls, plus ``acltdtEnqueue`` / ``acltdtDequeue`` that
 refuse to work (S29), and not ``acltdtQueryQueue``, which the public header does not declare.
+``acltdtDestroyQueue`` refuses a queue still bound to a loaded model (rule ``teardown``,
+:mod:`~streamer.runtime.acl.sim.teardown`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import ctypes
 from typing import TYPE_CHECKING, Any
 
 from streamer.runtime.acl.constants import AclCode, QueueAttr
+from streamer.runtime.acl.sim import teardown
 from streamer.runtime.acl.sim.binding import SimError
 from streamer.runtime.acl.sim.cfunc import CFunction, SimLibrary
 
@@ -41,7 +44,12 @@ def build_tdt_library(sim: Simulator) -> SimLibrary:
         return 0
 
     def create_queue(attr: int, qid: ctypes.c_uint32) -> int:
-        qid.value = sim.queues.create_queue(attr)
+        qid.value = sim.queues.create_queue(attr, sim.devices.current_device())
+        return 0
+
+    def destroy_queue(qid: int) -> int:
+        teardown.check_destroy_queue(sim, qid)
+        sim.queues.destroy_queue(qid)
         return 0
 
     def enqueue_data(
@@ -78,7 +86,7 @@ def build_tdt_library(sim: Simulator) -> SimLibrary:
             func("acltdtSetQueueAttr", [_P, _INT, _SIZE, _P], _INT, set_attr),
             func("acltdtDestroyQueueAttr", [_P], _INT, _ok(sim.queues.destroy_attr)),
             func("acltdtCreateQueue", [_P, ctypes.POINTER(_U32)], _INT, create_queue),
-            func("acltdtDestroyQueue", [_U32], _INT, _ok(sim.queues.destroy_queue)),
+            func("acltdtDestroyQueue", [_U32], _INT, destroy_queue),
             func(
                 "acltdtEnqueueData",
                 [_U32, _P, _SIZE, _P, _SIZE, ctypes.c_int32, _U32],

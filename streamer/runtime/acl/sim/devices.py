@@ -94,13 +94,24 @@ class SimDevices:
         self._local.context = context
         return context.handle
 
-    def destroy_context(self, handle: int) -> None:
-        """Raises: SimError: not an explicit context."""
+    def explicit(self, handle: int) -> Context:
+        """The explicit context ``handle``.
+
+        Raises:
+            SimError: not an explicit context.
+        """
         with self._lock:
             context = self._contexts.get(handle)
-            if context is None or context.default:
+        if context is None or context.default:
+            raise SimError(AclCode.ERROR_RT_PARAM_INVALID, "context", f"no context {handle:#x}")
+        return context
+
+    def destroy_context(self, handle: int) -> None:
+        """Raises: SimError: not an explicit context."""
+        context = self.explicit(handle)
+        with self._lock:
+            if self._contexts.pop(handle, None) is None:
                 raise SimError(AclCode.ERROR_RT_PARAM_INVALID, "context", f"no context {handle:#x}")
-            del self._contexts[handle]
         if getattr(self._local, "context", None) == context:
             self._local.context = None
 
@@ -129,6 +140,26 @@ class SimDevices:
             if context.handle not in self._contexts:
                 raise SimError(AclCode.ERROR_RT_CONTEXT_NULL, "S10", "current context destroyed")
         return context
+
+    def current_device(self) -> int | None:
+        """The device of the calling thread's context, or None when it has none."""
+        context: Context | None = getattr(self._local, "context", None)
+        with self._lock:
+            if context is None or context.handle not in self._contexts:
+                return None
+        return context.device
+
+    def open_count(self, device: int) -> int:
+        """How many ``set_device`` calls of ``device`` no ``reset_device`` matched yet."""
+        with self._lock:
+            return self._open.get(device, 0)
+
+    def explicit_contexts(self, device: int) -> list[int]:
+        """The explicit contexts of ``device`` not destroyed yet."""
+        with self._lock:
+            return [
+                c.handle for c in self._contexts.values() if c.device == device and not c.default
+            ]
 
     def live(self) -> dict[str, list[int]]:
         """Open devices and explicit contexts not destroyed yet."""

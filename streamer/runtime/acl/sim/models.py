@@ -186,6 +186,11 @@ class SimModels:
             raise SimError(AclCode.ERROR_INVALID_MODEL_ID, "S11", "model loaded in another context")
         return model
 
+    def loaded_on(self, device: int) -> list[int]:
+        """The ids of the models loaded on ``device`` and not unloaded."""
+        with self._lock:
+            return [m.model_id for m in self._loaded.values() if m.device == device]
+
     def unload(self, model_id: int, context: int) -> LoadedModel:
         """Raises: SimError: as :meth:`get`."""
         model = self.get(model_id, context)

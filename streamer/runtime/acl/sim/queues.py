@@ -56,7 +56,8 @@ class QueueTimeouts:
 
 @dataclass(eq=False)
 class SimQueue:
-    """One queue: ``(data, user_data)`` items, owners, and the model bound to it."""
+    """One queue: ``(data, user_data)`` items, owners, the model bound to it, and the device
+    of the context current when it was created (None: no context was)."""
 
     qid: int
     name: str
@@ -66,6 +67,7 @@ class SimQueue:
     consumer: int | None = None
     model: LoadedModel | None = None
     model_input: bool = False
+    device: int | None = None
 
 
 def _alive(thread_id: int) -> bool:
@@ -131,8 +133,9 @@ class SimQueues:
             if self._attrs.pop(attr, None) is None:
                 raise SimError(AclCode.ERROR_INVALID_PARAM, None, f"no queue attr {attr:#x}")
 
-    def create_queue(self, attr: int) -> int:
-        """A queue from ``attr`` (0 = NULL: auto-named, depth 8).
+    def create_queue(self, attr: int, device: int | None = None) -> int:
+        """A queue from ``attr`` (0 = NULL: auto-named, depth 8) on ``device`` (that of the
+        current context, if any).
 
         Raises:
             SimError: unknown attr.
@@ -143,7 +146,7 @@ class SimQueues:
             name = str(settings["name"] or f"queue_{qid}")
             depth = settings["depth"]
             assert isinstance(depth, int)
-            self._queues[qid] = SimQueue(qid, name, depth)
+            self._queues[qid] = SimQueue(qid, name, depth, device=device)
             return qid
 
     def destroy_queue(self, qid: int) -> None:
@@ -243,6 +246,17 @@ class SimQueues:
         """The name of every live queue, by queue id."""
         with self._cond:
             return {qid: queue.name for qid, queue in self._queues.items()}
+
+    def bound_model(self, qid: int) -> int | None:
+        """The id of the loaded model queue ``qid`` is bound to, or None."""
+        with self._cond:
+            queue = self._queues.get(qid)
+            return None if queue is None or queue.model is None else queue.model.model_id
+
+    def on_device(self, device: int) -> list[int]:
+        """The live queues created in a context of ``device``."""
+        with self._cond:
+            return [qid for qid, queue in self._queues.items() if queue.device == device]
 
     def live(self) -> dict[str, list[int]]:
         """Queues and queue attributes not destroyed."""

@@ -5,6 +5,7 @@ and :attr:`~Simulator.acl_library` to :class:`~streamer.runtime.acl.backend.AclB
 real ``import acl`` and ``ctypes.CDLL`` results would go; the backend code runs unchanged.
 After a run, :attr:`~Simulator.log` holds every call, :attr:`~Simulator.violations` every broken
 rule, and :meth:`~Simulator.live_resources` whatever was not released.
+Releasing out of the documented order is rule ``teardown`` (:mod:`.teardown`).
 
 Initialisation rules: calls need ``acl.init`` first (``ACL_ERROR_UNINITIALIZE``); a second
 ``acl.init`` returns ``ACL_ERROR_REPEAT_INITIALIZE``, a second ``acl.finalize``
@@ -23,6 +24,7 @@ import structlog
 from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import AclCode, RunMode
 from streamer.runtime.acl.options import SimOptions
+from streamer.runtime.acl.sim import teardown
 from streamer.runtime.acl.sim.aipp_sets import SimAippSets
 from streamer.runtime.acl.sim.api_mdl import build_acl_library, build_mdl
 from streamer.runtime.acl.sim.api_op import build_op, build_tensor_desc
@@ -121,10 +123,17 @@ class Simulator:
             self._finalized = False
 
     def finalize(self) -> None:
-        """``acl.finalize``. Raises: SimError: not initialised (any more)."""
+        """``acl.finalize``.
+
+        Raises:
+            SimError: not initialised (any more), or a device is still set (rule
+                ``teardown``, :mod:`~streamer.runtime.acl.sim.teardown`).
+        """
         with self._lock:
             if not self._initialized:
                 raise SimError(AclCode.ERROR_REPEAT_FINALIZE, "init", "acl.finalize without init")
+        teardown.check_finalize(self)
+        with self._lock:
             self._initialized = False
             self._finalized = True
 
@@ -144,8 +153,12 @@ class Simulator:
 
     def device_streams(self, device: int) -> list[SimStream]:
         """The live streams created on ``device``."""
+        return [s for s in self.live_streams() if s.device == device]
+
+    def live_streams(self) -> list[SimStream]:
+        """Every stream created and not destroyed."""
         with self._lock:
-            return [s for s in self._streams.values() if s.device == device]
+            return list(self._streams.values())
 
     def stream(self, handle: int) -> SimStream:
         """Raises: SimError: no such stream."""
@@ -156,10 +169,13 @@ class Simulator:
         return stream
 
     def destroy_stream(self, handle: int) -> None:
-        """Raises: SimError: no such stream."""
+        """Raises: SimError: no such stream, or a thread is still subscribed to it (rule
+        ``teardown``)."""
         stream = self.stream(handle)
+        teardown.check_destroy_stream(self, handle)
         with self._lock:
-            del self._streams[handle]
+            if self._streams.pop(handle, None) is None:
+                raise SimError(AclCode.ERROR_RT_PARAM_INVALID, None, f"no stream {handle:#x}")
         stream.destroy()
 
     def load_with_q(self, path: str, inputs: list[int], outputs: list[int]) -> int:
