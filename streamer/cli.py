@@ -124,7 +124,7 @@ def check(config_path: Path) -> None:
     _log_to_stderr()
     config = _load(config_path)
     try:
-        check_binds_here(config.ingress, config.egress)
+        check_binds_here(config.ingress, config.egress, config.daemon.http_endpoint)
         pipeline = Pipeline.load(config)
     except (ConfigError, ModelError) as exc:  # plug-in and backend messages name no file
         click.echo(f"error: {config_path}: {exc}", err=True)

@@ -127,7 +127,9 @@ def error_lines(
 def key_text(loc: Sequence[int | str], data: Any = None, prefix: str = "") -> str:
     """The key at ``loc`` as a user finds it in the file: ``models[0] ('face').batch.max_size``
     (pydantic's ``models.0.batch.max_size``), a list's index in brackets and, for a table of
-    ``data`` (the table validated) with a string ``name``, that name."""
+    ``data`` (the table validated) with a string ``name``, that name. A key with a line
+    break or another unprintable character (TOML's quoted keys take any) is quoted, as a
+    name is, so that it forges no line of the message nor writes to the terminal."""
     text = prefix
     for part in loc:
         if isinstance(part, int):
@@ -136,7 +138,8 @@ def key_text(loc: Sequence[int | str], data: Any = None, prefix: str = "") -> st
             text += f"[{part}]" + (f" ({name!r})" if isinstance(name, str) else "")
         else:
             data = data.get(part) if isinstance(data, dict) else None
-            text += f".{part}" if text else str(part)
+            key = str(part) if str(part).isprintable() else repr(part)
+            text += f".{key}" if text else key
     return text
 
 

@@ -292,34 +292,45 @@ def check_endpoints(
                 tcp.append(bind)
 
 
-def check_binds_here(ingress: Sequence[Any], egress: Sequence[Any]) -> None:
-    """``streamer check``'s check that every tcp bind to an IP address binds one of this
-    machine's, by binding a plain socket to the address and port 0 (never the configured
-    port, which a running daemon holds). Host names, interface names, wildcards and ipc
-    paths pass. ``run`` does not refuse such an address: its bind fails (exit 1, retried),
-    as the address may only be missing until the network is up.
+def check_binds_here(
+    ingress: Sequence[Any], egress: Sequence[Any], http: tuple[str, int] | None = None
+) -> None:
+    """``streamer check``'s check that every tcp bind to an IP address (``http_address``
+    included) binds one of this machine's, by binding a plain socket to the address and
+    port 0 (never the configured port, which a running daemon holds). Host names,
+    interface names, wildcards and ipc paths pass. ``run`` does not refuse such an
+    address: its bind fails (exit 1, retried), as the address may only be missing until
+    the network is up.
 
     Args:
         ingress, egress: the ``[[ingress]]`` and ``[[egress]]`` configs (``uri``, ``name``),
             whose URIs :func:`check_endpoints` has parsed.
+        http: ``daemon.http_address`` as ``(host, port)``, or None when it is off.
 
     Raises:
-        ConfigError: an IP address not assigned to this machine (EADDRNOTAVAIL).
+        ConfigError: an IP address not assigned to this machine (EADDRNOTAVAIL), or a
+            link-local IPv6 address without its interface (EINVAL).
     """
+    if http is not None:
+        host, port = http
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        _check_ip_here(host, shown, "daemon.http_address", _NOT_LOCAL_HTTP)
     tables: list[tuple[str, Any, tuple[str, ...]]]
     tables = [(f"ingress {c.name}", c.uri, INGRESS_TYPES) for c in ingress]
     tables += [(f"egress {c.name}", c.uri, EGRESS_TYPES) for c in egress]
     for where, uris, allowed in tables:
         for endpoint in parse_endpoints(uris, allowed, where):
             if endpoint.bind and endpoint.address.startswith("tcp://"):
-                _check_ip_here(endpoint.address, where)
+                host = endpoint.address[len("tcp://") :].rpartition(":")[0]
+                host = host[1:-1] if host.startswith("[") else host
+                _check_ip_here(host, endpoint.address, where, _NOT_LOCAL)
 
 
-def _check_ip_here(address: str, where: str) -> None:
-    """Raises ConfigError: the tcp address's host is an IP address this machine does not
-    have (any other host, or a bind failing otherwise, is left to the start)."""
-    host = address[len("tcp://") :].rpartition(":")[0]
-    host = host[1:-1] if host.startswith("[") else host
+def _check_ip_here(host: str, address: str, where: str, not_local: str) -> None:
+    """Raises ConfigError: ``host`` (of ``address``, as the config writes it) is an IP
+    address this machine does not have (``not_local``, formatted with ``address``), or a
+    link-local IPv6 address without its interface (``[fe80::1]``: no machine binds one,
+    EINVAL); any other host, or a bind failing otherwise, is left to the start."""
     try:
         infos = sockets.getaddrinfo(host, 0, type=sockets.SOCK_STREAM, flags=sockets.AI_NUMERICHOST)
     except (OSError, UnicodeError):  # a host or interface name, or `*`
@@ -330,7 +341,18 @@ def _check_ip_here(address: str, where: str) -> None:
                 probe.bind(address_here)
         except OSError as exc:
             if exc.errno == errno.EADDRNOTAVAIL:
-                raise ConfigError(f"{where}: {_NOT_LOCAL.format(address)}") from exc
+                raise ConfigError(f"{where}: {not_local.format(address)}") from exc
+            if exc.errno == errno.EINVAL and len(address_here) == 4 and not address_here[3]:
+                raise ConfigError(f"{where}: {_NO_SCOPE.format(address)}") from exc
+
+
+_NOT_LOCAL_HTTP = (
+    "{}: cannot bind: the host is no address of this machine (bind to one of its addresses, "
+    "or 0.0.0.0 or [::] for all)"
+)
+_NO_SCOPE = (
+    "{}: cannot bind: a link-local IPv6 address binds only with its interface (e.g. [fe80::1%eth0])"
+)
 
 
 def _bound_key(address: str) -> str:

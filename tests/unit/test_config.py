@@ -278,6 +278,19 @@ def test_a_key_in_a_table_list_names_the_table_as_the_file_does(tmp_path: Path) 
     assert ".0." not in message and ".1." not in message
 
 
+def test_a_key_with_a_line_break_or_a_control_character_is_quoted(tmp_path: Path) -> None:
+    """A quoted TOML key is any text: printed as written, a line break in it forged a line of
+    the message (and an escape sequence wrote to the terminal); a model name is quoted too."""
+    forged = '"x\\n  ingress[0].uri: fine\\u001b[2K"'
+    message = error(tmp_path, MINIMAL.replace('name = "face"', f'name = "face"\n{forged} = 1'))
+    assert message.count("\n") == 1 and "\x1b" not in message
+    assert "  models[0] ('face').'x\\n  ingress[0].uri: fine\\x1b[2K': unknown key" in message
+    top = error(tmp_path, f'"a\\nb" = 1979-05-27\n{MINIMAL}')
+    assert top.endswith("\n  'a\\nb': a date or time is not a valid value")
+    plain = error(tmp_path, f"dae-mon = 1\n{MINIMAL}")  # printable: as written
+    assert "\n  dae-mon: unknown key (known: daemon, egress, ingress, models," in plain
+
+
 def test_an_unknown_key_lists_the_known_ones_and_the_closest(tmp_path: Path) -> None:
     text = MINIMAL.replace('5555"', '5555"\nhmw = 10').replace(
         'name = "face"', 'name = "face"\nreplica = 2'

@@ -350,3 +350,35 @@ def test_an_ipc_file_is_removed_only_while_it_is_the_one_bound(tmp_path: Path) -
             assert path.exists() is replaced
     for uri in ("pull+connect:ipc:///tmp/x.sock", "pull+bind:ipc://@x", "pull+bind:tcp://*:1"):
         assert IpcFile.of(parse_endpoint(uri, INGRESS_TYPES, "ingress")) is None
+
+
+@pytest.mark.parametrize("host", ["fe80::1", "fe80::2:3"])
+def test_check_refuses_a_link_local_ipv6_address_without_its_interface(host: str) -> None:
+    """`streamer check` said ok, and `streamer run` failed at start: "Invalid argument" (a
+    link-local address binds only with its interface, whichever machine has it)."""
+    ingress = [IngressConfig(name="in", uri=f"pull+bind:tcp://[{host}]:6555")]
+    with pytest.raises(ConfigError, match=rf"ingress in: tcp://\[{host}\]:6555: .*%eth0"):
+        check_binds_here(ingress, [])
+    with zmq.Context() as context, context.socket(zmq.PULL) as socket:
+        socket.setsockopt(zmq.IPV6, 1)
+        with pytest.raises(zmq.ZMQError) as failed:  # what `run` would do
+            socket.bind(f"tcp://[{host}]:0")
+        assert failed.value.errno == errno.EINVAL
+
+
+@pytest.mark.parametrize(
+    ("host", "shown"),
+    [("10.255.255.1", "10.255.255.1:9555"), ("2001:db8::1", "[2001:db8::1]:9555")],
+)
+def test_check_refuses_an_http_address_of_another_machine(host: str, shown: str) -> None:
+    """`streamer check` said ok, and `streamer run` failed at start: "cannot serve HTTP on
+    10.255.255.1:9555 (daemon.http_address): Cannot assign requested address"."""
+    check_endpoints([], [], (host, 9555))  # `run`'s check: the address may come with the network
+    with pytest.raises(ConfigError, match=re.escape(f"daemon.http_address: {shown}: cannot bind")):
+        check_binds_here([], [], (host, 9555))
+    with sockets.socket(sockets.AF_INET, sockets.SOCK_STREAM) as held:  # a daemon's
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        check_binds_here([], [], ("127.0.0.1", held.getsockname()[1]))
+    check_binds_here([], [], ("0.0.0.0", 9555))
+    check_binds_here([], [], ("localhost", 9555))
