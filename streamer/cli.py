@@ -1,4 +1,7 @@
-"""Command line: ``streamer run | check | bench | models``."""
+"""Command line: ``streamer run | check | bench | models``.
+
+Each command imports the heavy modules it needs (the pipeline, onnxruntime, OpenCV, ZeroMQ)
+at its start, so that ``--version`` and ``--help`` answer at once."""
 
 from __future__ import annotations
 
@@ -9,22 +12,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, cast
 
 import click
-import structlog
 
 from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state, fetch_assets
-from streamer.clients.tool_options import finite
 from streamer.config import Config, DaemonConfig, cache_dir
 from streamer.config_read import ConfigRead
-from streamer.cpu_scheduling import apply_cpu_scheduling_policy, log_policy_change
-from streamer.daemon import EXIT_FATAL, EXIT_OK, EXIT_USAGE, exit_daemon, run_daemon
-from streamer.errors import AssetError, ConfigError, ModelError, StreamerError
-from streamer.observability.logging import LogFormat, configure_logging, renders_json
-from streamer.observability.native_output import native_output_logged
-from streamer.start_read import ReadStopped, read_at_start
+from streamer.errors import (
+    EXIT_FATAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    AssetError,
+    ConfigError,
+    ModelError,
+    StreamerError,
+)
+from streamer.option_checks import finite
 
 __all__ = ["main"]
 
 if TYPE_CHECKING:
+    from streamer.observability.logging import LogFormat
     from streamer.pipeline import Pipeline
 
 _config_option = click.option(
@@ -70,7 +76,13 @@ def run(config_path: Path, log_level: str | None, log_format: str | None) -> Non
     Exit codes: 0 clean stop, 1 fatal error (backend, address in use, failed release),
     2 bad config or model.
     """
-    start_format = cast(LogFormat, log_format or "auto")
+    from streamer.cpu_scheduling import apply_cpu_scheduling_policy, log_policy_change
+    from streamer.daemon import exit_daemon, run_daemon
+    from streamer.observability.logging import configure_logging
+    from streamer.observability.native_output import native_output_logged
+    from streamer.start_read import ReadStopped, read_at_start
+
+    start_format = cast("LogFormat", log_format or "auto")
     try:
         config = read_at_start(config_path, _START_READ_TIMEOUT_S)
     except ConfigError as exc:
@@ -100,6 +112,10 @@ def _exit_before_start(config_path: Path, why: str, log_format: LogFormat, code:
     event on stdout like the daemon's other start lines (a log shipper reading the JSON
     lines sees why a deploy failed): ``start_failed``, or ``stopped`` for a stop; otherwise
     as text on stderr."""
+    import structlog
+
+    from streamer.observability.logging import configure_logging, renders_json
+
     stopped = code == EXIT_OK
     if not renders_json(log_format):
         click.echo(f"{'stopped' if stopped else 'error'}: {why}", err=True)
@@ -145,6 +161,8 @@ def check(config_path: Path) -> None:
 def _log_to_stderr() -> None:
     """Send what the loading logs (``preprocess_in_graph``, warnings) to stderr as text, so
     that ``check``'s standard output is its report alone."""
+    import structlog
+
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -233,6 +251,7 @@ def bench(
 ) -> None:
     """Measure where the time goes: components, limit, serial, naive and the daemon."""
     from streamer.bench import runner
+    from streamer.observability.logging import configure_logging
 
     configure_logging("warning", "console")  # the in-process model's info lines would mix in
     options = runner.BenchOptions(

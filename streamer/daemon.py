@@ -49,7 +49,14 @@ import structlog
 
 from streamer.config import Config, DaemonConfig
 from streamer.config_read import ConfigRead
-from streamer.errors import ConfigError, ModelError, StreamerError
+from streamer.errors import (
+    EXIT_FATAL,
+    EXIT_OK,
+    EXIT_USAGE,
+    ConfigError,
+    ModelError,
+    StreamerError,
+)
 from streamer.lifecycle import Status
 from streamer.log_budget import LogBudget, take_unreported
 from streamer.observability.health import HealthServer, HealthState
@@ -65,9 +72,6 @@ from streamer.signals import DAEMON_SIGNALS, SignalFlag, release_daemon_signals
 
 __all__ = ["EXIT_FATAL", "EXIT_OK", "EXIT_USAGE", "exit_daemon", "run_daemon"]
 
-EXIT_OK = 0
-EXIT_FATAL = 1
-EXIT_USAGE = 2
 _TICK_S = 0.2
 FAILED_DRAIN_S = 1.0
 """Longest drain (s) after the pipeline failed (a stage lost every replica, a thread died):

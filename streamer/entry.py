@@ -1,8 +1,9 @@
 """The ``streamer`` command's entry point (also ``python -m streamer``): for ``streamer run``
 it holds the daemon's signals before anything else is imported (:mod:`streamer.signals`);
-for the other commands a Ctrl-C while the command line is still being imported (about a
-second: numpy, OpenCV, pydantic) ends it as click ends an interrupted command, with
-``Aborted!`` and exit code 1, not a traceback from inside an import."""
+for the other commands a Ctrl-C while the command line is still being imported (pydantic,
+the config) ends it as click ends an interrupted command, with ``Aborted!`` and exit code 1,
+not a traceback from inside an import. The heavy libraries (onnxruntime, OpenCV, ZeroMQ)
+are imported by the commands that use them (:mod:`streamer.cli`), under click."""
 
 from __future__ import annotations
 

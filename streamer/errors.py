@@ -16,12 +16,16 @@
         └── SendTimeoutError   no daemon took a producer's message within its send timeout
 
 Foreign exceptions (onnxruntime, OpenCV, ZeroMQ, pyACL return codes) are translated into this
-tree at the boundary where they occur, with ``raise ... from exc``.
+tree at the boundary where they occur, with ``raise ... from exc``. The commands' exit codes
+(:data:`EXIT_OK`, :data:`EXIT_FATAL`, :data:`EXIT_USAGE`) are here too, light to import.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "EXIT_FATAL",
+    "EXIT_OK",
+    "EXIT_USAGE",
     "AssetError",
     "BackendError",
     "ClientError",
@@ -33,6 +37,12 @@ __all__ = [
     "SendTimeoutError",
     "StreamerError",
 ]
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+"""Exit code of a command that failed: a backend, a device, a file not read or written."""
+EXIT_USAGE = 2
+"""Exit code of a command given a bad config or model (click's own for a bad option)."""
 
 
 class StreamerError(Exception):

@@ -10,32 +10,39 @@ Usage::
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-import click
-from tqdm import tqdm
+# A Ctrl-C while the libraries load (about half a second: OpenCV, ZeroMQ) ends the tool as
+# click ends an interrupted run (Aborted!, exit 1), not with a traceback from an import.
+try:
+    import click
+    from tqdm import tqdm
 
-from streamer.clients import (
-    DEFAULT_CLOSE_TIMEOUT_S,
-    DEFAULT_FRAME_LIMITS,
-    DEFAULT_PRODUCER_ENDPOINT,
-    IMAGE_SUFFIXES,
-    FrameLimits,
-    MediaInput,
-    open_input,
-    produce,
-)
-from streamer.clients.pacer import MIN_FPS
-from streamer.clients.tool_options import (
-    MAX_WAIT_S,
-    curve_client,
-    curve_options,
-    finite,
-    sigterm_as_ctrl_c,
-    zmq_endpoint,
-)
-from streamer.errors import ClientError, StreamerError
-from streamer.transport.protocol import ENCODINGS
+    from streamer.clients import (
+        DEFAULT_CLOSE_TIMEOUT_S,
+        DEFAULT_FRAME_LIMITS,
+        DEFAULT_PRODUCER_ENDPOINT,
+        IMAGE_SUFFIXES,
+        FrameLimits,
+        MediaInput,
+        open_input,
+        produce,
+    )
+    from streamer.clients.pacer import MIN_FPS
+    from streamer.clients.tool_options import (
+        MAX_WAIT_S,
+        curve_client,
+        curve_options,
+        finite,
+        sigterm_as_ctrl_c,
+        zmq_endpoint,
+    )
+    from streamer.errors import ClientError, StreamerError
+    from streamer.transport.protocol import ENCODINGS
+except KeyboardInterrupt:
+    sys.stderr.write("Aborted!\n")
+    sys.exit(1)
 
 
 def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -13,31 +13,38 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import click
-import cv2
+# A Ctrl-C while the libraries load (about half a second: OpenCV, ZeroMQ) ends the tool as
+# click ends an interrupted run (Aborted!, exit 1), not with a traceback from an import.
+try:
+    import click
+    import cv2
 
-from streamer.clients import (
-    DEFAULT_SUBSCRIBER_ENDPOINT,
-    Annotator,
-    Subscriber,
-    Summary,
-    open_input,
-    result_line,
-)
-from streamer.clients.tool_options import (
-    MAX_WAIT_S,
-    curve_client,
-    curve_options,
-    finite,
-    sigterm_as_ctrl_c,
-    zmq_endpoint,
-)
-from streamer.errors import ClientError, StreamerError
-from streamer.lifecycle import Closing
+    from streamer.clients import (
+        DEFAULT_SUBSCRIBER_ENDPOINT,
+        Annotator,
+        Subscriber,
+        Summary,
+        open_input,
+        result_line,
+    )
+    from streamer.clients.tool_options import (
+        MAX_WAIT_S,
+        curve_client,
+        curve_options,
+        finite,
+        sigterm_as_ctrl_c,
+        zmq_endpoint,
+    )
+    from streamer.errors import ClientError, StreamerError
+    from streamer.lifecycle import Closing
+except KeyboardInterrupt:
+    sys.stderr.write("Aborted!\n")
+    sys.exit(1)
 
 _T = TypeVar("_T")
 

@@ -3,7 +3,6 @@ finite-number and endpoint checks, and SIGTERM taken as Ctrl-C."""
 
 from __future__ import annotations
 
-import math
 import re
 import signal
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from streamer.errors import ClientError
+from streamer.option_checks import finite
 from streamer.transport.security import CurveClient
 
 __all__ = [
@@ -77,18 +77,6 @@ def zmq_endpoint(_ctx: click.Context, _param: click.Parameter, value: str) -> st
     """
     if not _ENDPOINT.fullmatch(value):
         raise click.BadParameter(f"{value!r} is not a ZeroMQ endpoint such as tcp://127.0.0.1:5555")
-    return value
-
-
-def finite(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
-    """A click callback: ``value``, refused when NaN or infinite (click's FloatRange lets
-    them through).
-
-    Raises:
-        click.BadParameter: ``value`` is NaN or infinite.
-    """
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"must be a finite number, got {value}")
     return value
 
 

@@ -595,6 +595,23 @@ def test_a_stop_signal_while_the_daemon_starts_is_a_normal_stop(
     assert "ready" not in [e.get("event") for e in daemon.logs]
 
 
+@pytest.mark.parametrize("delay_s", [0.05, 0.15, 0.3, 0.6])
+def test_a_sigterm_at_any_moment_of_the_start_is_a_normal_stop(
+    start_daemon: Any, delay_s: float
+) -> None:
+    """Once held, a SIGTERM is a clean stop whichever step of the start it comes in: the
+    first read of the config, the libraries that ``run`` imports (onnxruntime, OpenCV,
+    ZeroMQ), the models' load. (Before the hold, in the interpreter's own start, nothing the
+    daemon does can catch it.)"""
+    daemon: Daemon = start_daemon(wait_ready=False)
+    wait_signals_held(daemon.process.pid, signal.SIGTERM)
+    time.sleep(delay_s)
+    daemon.process.send_signal(signal.SIGTERM)
+    assert daemon.stop(timeout_s=60) == 0, daemon.logs[-20:]
+    assert "stopped" in [e.get("event") for e in daemon.logs]
+    assert not [e for e in daemon.logs if "Traceback" in str(e)]
+
+
 def _field(status: Path, name: str) -> str:
     """A field of a /proc/PID/status file."""
     line = next(x for x in status.read_text().splitlines() if x.startswith(f"{name}:"))

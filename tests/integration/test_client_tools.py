@@ -335,3 +335,20 @@ def test_produce_tool_gives_no_rate_for_one_frame(pull: zmq.Socket[Any]) -> None
     header = json.loads(pull.recv_multipart()[0])
     assert (header["seq"], json.loads(pull.recv_multipart()[0])["eos"]) == (0, True)
     assert run.stdout.startswith("sent 1 frame (") and "fps" not in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("tool", [PRODUCE, SUBSCRIBE])
+def test_a_ctrl_c_while_a_tool_imports_is_aborted_not_a_traceback(tool: list[str]) -> None:
+    """Interrupted while it imports OpenCV and ZeroMQ (about half a second), the tool ended
+    with a KeyboardInterrupt traceback from inside an import; now as after its imports:
+    ``Aborted!`` and exit 1. ``-X importtime`` says when its own imports have begun."""
+    command = [tool[0], "-X", "importtime", *tool[1:], "--endpoint", "tcp://127.0.0.1:1"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert process.stderr is not None
+    lines = iter(process.stderr)
+    next(line for line in lines if line.rsplit(b"|", 1)[-1].strip() == b"click")
+    process.send_signal(signal.SIGINT)  # it imports streamer.clients: OpenCV, ZeroMQ
+    err = process.stderr.read()
+    process.stderr.close()
+    assert process.wait(timeout=60) == 1, err.decode()[-2000:]
+    assert b"Aborted!" in err and b"Traceback" not in err
