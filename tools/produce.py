@@ -10,12 +10,11 @@ Usage::
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-# A Ctrl-C while the libraries load (about half a second: OpenCV, ZeroMQ) ends the tool as
-# click ends an interrupted run (Aborted!, exit 1), not with a traceback from an import.
-try:
+from streamer.entry import ctrl_c_aborts
+
+with ctrl_c_aborts():  # the libraries load in about half a second (OpenCV, ZeroMQ)
     import click
     from tqdm import tqdm
 
@@ -40,9 +39,6 @@ try:
     )
     from streamer.errors import ClientError, StreamerError
     from streamer.transport.protocol import ENCODINGS
-except KeyboardInterrupt:
-    sys.stderr.write("Aborted!\n")
-    sys.exit(1)
 
 
 def _non_empty(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

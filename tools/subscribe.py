@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-# A Ctrl-C while the libraries load (about half a second: OpenCV, ZeroMQ) ends the tool as
-# click ends an interrupted run (Aborted!, exit 1), not with a traceback from an import.
-try:
+from streamer.entry import ctrl_c_aborts
+
+with ctrl_c_aborts():  # the libraries load in about half a second (OpenCV, ZeroMQ)
     import click
     import cv2
 
@@ -42,9 +41,6 @@ try:
     )
     from streamer.errors import ClientError, StreamerError
     from streamer.lifecycle import Closing
-except KeyboardInterrupt:
-    sys.stderr.write("Aborted!\n")
-    sys.exit(1)
 
 _T = TypeVar("_T")
 
