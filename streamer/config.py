@@ -622,6 +622,11 @@ class Config(_Strict):
             return self.daemon.reorder_window
         return max(_MIN_REORDER_WINDOW, self.frames_in_flight())
 
+    def model_key(self, model: ModelConfig) -> str:
+        """How a message names ``model``'s table, as :func:`key_text` names a key in it:
+        ``models[0] ('face')``."""
+        return f"models[{self.models.index(model)}] ({model.name!r})"
+
     def model_path(self, model: ModelConfig) -> Path:
         """The file a model stage loads: ``asset`` in the cache, or ``path`` relative to the
         config file's folder."""

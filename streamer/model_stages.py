@@ -157,7 +157,7 @@ def _load_stage(
 ) -> ModelStage:
     """Load one stage after ``upstream`` (the stages before it), linking it to the last of
     them if it is a tensor stage."""
-    where = f"models[{config.models.index(model_config)}]"
+    where = config.model_key(model_config)
     check_plug_in_params(config, model_config)
     models = _load_replicas(backend, config, model_config, where, hands_on)
     try:
@@ -174,12 +174,12 @@ def _load_stage(
 def check_plug_in_params(config: Config, model_config: ModelConfig) -> None:
     """Validate a stage's plug-in tables without its model: before it is loaded (loading may
     take long, and a backend reads some of their keys while loading) or laid out, with
-    messages naming the stage (``models[i].preprocess.<key>``).
+    messages naming the stage (``models[0] ('face').preprocess.<key>``).
 
     Raises:
         ConfigError: an unknown plug-in kind, or an invalid or unknown parameter.
     """
-    where = f"models[{config.models.index(model_config)}]"
+    where = config.model_key(model_config)
     post = model_config.postprocess
     if post is not None:
         registry = ITEM_STAGES if post.kind in ITEM_STAGES else POSTPROCESSORS

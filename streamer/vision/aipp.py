@@ -113,7 +113,7 @@ def letterbox_aipp(
     table = stage.preprocess
     if table is None or table.kind != "letterbox":
         raise ConfigError(f"model {model!r}: AIPP is generated from a letterbox preprocess")
-    where = f"models[{config.models.index(stage)}].preprocess"
+    where = f"{config.model_key(stage)}.preprocess"
     params = cast("LetterboxParams", PREPROCESSORS.params(table, where))
     height, width = size or params.size or _onnx_size(config.model_path(stage), params.layout)
     mean, std = params.per_channel()

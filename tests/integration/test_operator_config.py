@@ -31,5 +31,7 @@ def _mtcnn(tmp_path: Path, onet_method: str) -> Path:
 def test_mtcnn_stages_get_the_backends_operators(tmp_path: Path, assets: dict[str, Path]) -> None:
     pipeline = Pipeline.load(load_config(_mtcnn(tmp_path, "union")))
     pipeline.close()
-    with pytest.raises(ConfigError, match=r'models\[2\]\.postprocess: .*nms_method = "min"'):
+    with pytest.raises(
+        ConfigError, match=r"models\[2\] \('onet'\)\.postprocess: .*nms_method = .min."
+    ):
         Pipeline.load(load_config(_mtcnn(tmp_path, "min")))

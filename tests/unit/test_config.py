@@ -338,7 +338,7 @@ def test_streamer_check_names_the_file_for_a_plug_in_error(tmp_path: Path) -> No
     path = write(tmp_path, text)
     result = CliRunner().invoke(main, ["check", "--config", str(path)])
     assert result.exit_code == 2
-    assert f"error: {path}: models[0].postprocess: invalid parameters" in result.output
+    assert f"error: {path}: models[0] ('face').postprocess: invalid parameters" in result.output
 
 
 def test_the_reorder_window_covers_what_the_chain_can_have_in_flight(tmp_path: Path) -> None:

@@ -66,8 +66,9 @@ def test_a_tensor_stage_cannot_be_an_item_stage(backend: Backend, tmp_path: Path
     config = split_config(tmp_path, head_post="mtcnn_onet")
     with pytest.raises(ConfigError) as caught:
         load_chain(backend, config)
-    assert "models[1].postprocess.kind: a stage fed through the tensor adapter cannot be an " in (
-        str(caught.value)
+    assert (
+        "models[1] ('head').postprocess.kind: a stage fed through the tensor adapter cannot be an "
+        in (str(caught.value))
     )
 
 
@@ -81,7 +82,9 @@ def test_plug_in_parameters_are_checked_before_a_model_loads(
     text = text.replace("mean = [0.5, 0.5, 0.5]", 'mean = ["0.5", 0.5, 0.5]')
     path = tmp_path / "default.toml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=r"models\[0\]\.preprocess: invalid parameters"):
+    with pytest.raises(
+        ConfigError, match=r"models\[0\] \('face'\)\.preprocess: invalid parameters"
+    ):
         load_chain(backend, load_config(path))
 
 
@@ -126,7 +129,7 @@ def test_an_asset_not_fetched_names_the_cache_and_the_command(
     with pytest.raises(ConfigError) as caught:
         load_chain(backend, load_config(ROOT / "configs" / "default.toml"))
     assert str(caught.value) == (
-        "models[0].asset: 'blazeface_short_range' is not fetched (no "
+        "models[0] ('face').asset: 'blazeface_short_range' is not fetched (no "
         f"{tmp_path / 'cache' / 'models' / 'blazeface_short_range.onnx'}): run `streamer models "
         f"fetch blazeface_short_range` with STREAMER_CACHE={tmp_path / 'cache'}"
     )
@@ -137,7 +140,9 @@ def test_a_cache_path_that_cannot_be_read_is_a_config_error(
 ) -> None:
     """Not a traceback (exit 1, restarted by systemd): exit 2 naming the path and why."""
     monkeypatch.setenv("STREAMER_CACHE", str(tmp_path / ("x" * 300)))
-    with pytest.raises(ConfigError, match=r"models\[0\]\.asset: cannot read .*File name too long"):
+    with pytest.raises(
+        ConfigError, match=r"models\[0\] \('face'\)\.asset: cannot read .*File name too long"
+    ):
         load_chain(backend, load_config(ROOT / "configs" / "default.toml"))
 
 
@@ -198,7 +203,9 @@ def test_a_gear_too_big_for_this_machine_fails_at_start(backend: Backend, tmp_pa
     text = (ROOT / "configs" / "default.toml").read_text()
     path = tmp_path / "huge.toml"
     path.write_text(text.replace("gears = []", "gears = [1000000]"))
-    with pytest.raises(ConfigError, match=r"models\[0\]\.batch: an execution of 1000000 rows"):
+    with pytest.raises(
+        ConfigError, match=r"models\[0\] \('face'\)\.batch: an execution of 1000000 rows"
+    ):
         load_chain(backend, load_config(path))
     path.write_text(text.replace("gears = []", "gears = [4, 16]"))
     load(backend, load_config(path))  # a gear above max_size pads a full batch: allowed
@@ -214,7 +221,7 @@ def test_a_crops_stage_behind_one_without_detections_fails_at_start(
     text += '[models.postprocess]\nkind = "mtcnn_onet"\n'
     path = tmp_path / "classify_then_crops.toml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=r"models\[1\]\.input: 'rnet:crops' crops the"):
+    with pytest.raises(ConfigError, match=r"models\[1\] \('onet'\)\.input: 'rnet:crops' crops the"):
         load_chain(backend, load_config(path))
 
 
@@ -240,7 +247,9 @@ def test_a_crops_stage_whose_model_does_not_take_its_crops_fails_at_start(
 ) -> None:
     """O-Net's stage on another net's model: ``streamer check`` said ok, and every frame
     with a face then failed as ``inference_failed`` (replica failures, then the stop)."""
-    with pytest.raises(ConfigError, match=r"models\[1\]\.postprocess: mtcnn_onet: ") as caught:
+    with pytest.raises(
+        ConfigError, match=r"models\[1\] \('onet'\)\.postprocess: mtcnn_onet: "
+    ) as caught:
         load_chain(backend, blazeface_then(tmp_path, asset))
     assert wrong in str(caught.value)
 
@@ -253,7 +262,9 @@ def test_an_item_stage_whose_outputs_are_another_nets_fails_at_start(
     text = (ROOT / "configs" / "mtcnn.toml").read_text()
     path = tmp_path / "pnet_on_onet.toml"
     path.write_text(text.replace('asset = "mtcnn_pnet"', 'asset = "mtcnn_onet"', 1))
-    with pytest.raises(ConfigError, match=r"models\[0\]\.postprocess: mtcnn_pnet: .*last axes"):
+    with pytest.raises(
+        ConfigError, match=r"models\[0\] \('pnet'\)\.postprocess: mtcnn_pnet: .*last axes"
+    ):
         load_chain(backend, load_config(path))
 
 
@@ -266,5 +277,7 @@ def test_a_crops_item_stage_reading_the_frame_fails_at_start(
     path = tmp_path / "rnet_alone.toml"
     text = text.replace('kind = "mtcnn_classify"', 'kind = "mtcnn_rnet"')
     path.write_text(text.replace("threshold = 0.7", "score_threshold = 0.7"))
-    with pytest.raises(ConfigError, match=r"models\[0\]\.input: a 'mtcnn_rnet' stage crops"):
+    with pytest.raises(
+        ConfigError, match=r"models\[0\] \('rnet'\)\.input: a 'mtcnn_rnet' stage crops"
+    ):
         load_chain(backend, load_config(path))

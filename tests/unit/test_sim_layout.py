@@ -238,7 +238,7 @@ def test_what_cannot_be_laid_out_is_a_config_error(tmp_path: Path, assets: dict[
     device = {IN_MODEL: ON_DEVICE}
     pad = shipped("default.toml", tmp_path, {**device, "pad_value = 0": 'pad_value = "0"'})
     with pytest.raises(
-        ConfigError, match=re.escape("models[0].preprocess.pad_value: Input should be")
+        ConfigError, match=re.escape("models[0] ('face').preprocess.pad_value: Input should be")
     ):
         sim_layout(pad, tmp_path / "pad")
     dynamic = {**device, 'aipp = "static"': 'aipp = "dynamic"'}
@@ -250,7 +250,7 @@ def test_what_cannot_be_laid_out_is_a_config_error(tmp_path: Path, assets: dict[
         sim_layout(aipp, tmp_path / "aipp", mode="queue")  # it laid out what check refused
     pyramid = shipped("mtcnn.toml", tmp_path, {"min_face_px = 20.0": 'min_face_px = "20"'})
     with pytest.raises(
-        ConfigError, match=re.escape("models[0].postprocess.min_face_px: Input should be")
+        ConfigError, match=re.escape("models[0] ('pnet').postprocess.min_face_px: Input should be")
     ):
         sim_layout(pyramid, tmp_path / "pyramid")
 
@@ -294,10 +294,13 @@ def test_every_stage_is_checked_before_a_layout_or_an_aipp_config(
     """An R-Net parameter of the wrong type, and a preprocess table on a crops stage (which
     has none), are refused by sim-layout and by `models aipp` for any stage."""
     for edit, says in [
-        ({"score_threshold = 0.7\n": 'score_threshold = "0.7"\n'}, "models[1].postprocess"),
+        (
+            {"score_threshold = 0.7\n": 'score_threshold = "0.7"\n'},
+            "models[1] ('rnet').postprocess",
+        ),
         (
             {'input = "pnet:crops"': 'input = "pnet:crops"\npreprocess = { kind = "letterbox" }'},
-            "models[1].preprocess: a stage fed through the crops adapter",
+            "models[1] ('rnet').preprocess: a stage fed through the crops adapter",
         ),
     ]:
         config = shipped("mtcnn.toml", tmp_path, edit)
