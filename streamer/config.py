@@ -135,12 +135,18 @@ def key_text(loc: Sequence[int | str], data: Any = None, prefix: str = "") -> st
         if isinstance(part, int):
             data = data[part] if isinstance(data, list) and 0 <= part < len(data) else None
             name = data.get("name") if isinstance(data, dict) else None
-            text += f"[{part}]" + (f" ({name!r})" if isinstance(name, str) else "")
+            text += _table_index(part, name)
         else:
             data = data.get(part) if isinstance(data, dict) else None
             key = str(part) if str(part).isprintable() else repr(part)
             text += f".{key}" if text else key
     return text
+
+
+def _table_index(index: int, name: object) -> str:
+    """A table of a list as messages name it: ``[0] ('face')``, or ``[0]`` without a
+    string ``name``."""
+    return f"[{index}]" + (f" ({name!r})" if isinstance(name, str) else "")
 
 
 def _unknown_key(key: str, known: list[str]) -> str:
@@ -625,7 +631,7 @@ class Config(_Strict):
     def model_key(self, model: ModelConfig) -> str:
         """How a message names ``model``'s table, as :func:`key_text` names a key in it:
         ``models[0] ('face')``."""
-        return f"models[{self.models.index(model)}] ({model.name!r})"
+        return "models" + _table_index(self.models.index(model), model.name)
 
     def model_path(self, model: ModelConfig) -> Path:
         """The file a model stage loads: ``asset`` in the cache, or ``path`` relative to the

@@ -321,8 +321,7 @@ def check_binds_here(
     for where, uris, allowed in tables:
         for endpoint in parse_endpoints(uris, allowed, where):
             if endpoint.bind and endpoint.address.startswith("tcp://"):
-                host = endpoint.address[len("tcp://") :].rpartition(":")[0]
-                host = host[1:-1] if host.startswith("[") else host
+                host, _ = _tcp_host_port(endpoint.address)
                 _check_ip_here(host, endpoint.address, where, _NOT_LOCAL)
 
 
@@ -353,6 +352,12 @@ _NOT_LOCAL_HTTP = (
 _NO_SCOPE = (
     "{}: cannot bind: a link-local IPv6 address binds only with its interface (e.g. [fe80::1%eth0])"
 )
+
+
+def _tcp_host_port(address: str) -> tuple[str, str]:
+    """A ``tcp://host:port`` address's host, without an IPv6 host's brackets, and port."""
+    host, _, port = address[len("tcp://") :].rpartition(":")
+    return (host[1:-1] if host.startswith("[") else host), port
 
 
 def _bound_key(address: str) -> str:
@@ -412,10 +417,9 @@ def _zmq_tcp_bind(address: str, where: str) -> _TcpBind | None:
     """
     if not address.startswith("tcp://"):
         return None
-    host, _, port = address[len("tcp://") :].rpartition(":")
+    host, port = _tcp_host_port(address)
     if port == "*":
         return None
-    host = host[1:-1] if host.startswith("[") else host
     try:
         addresses = _bound_addresses(host)
     except OSError as exc:
