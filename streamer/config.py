@@ -8,15 +8,14 @@ Pre- and post-processor parameters are free-form tables here; the plug-in regist
 from __future__ import annotations
 
 import datetime
-import difflib
 import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic_core
 from pydantic import (
@@ -32,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from streamer.config_errors import error_lines, key_text, table_index
 from streamer.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -56,7 +56,6 @@ __all__ = [
     "StageInput",
     "cache_dir",
     "load_config",
-    "error_lines",
     "validate_strict",
 ]
 
@@ -101,76 +100,6 @@ def validate_strict(model: type[_Model], table: Mapping[str, Any]) -> _Model:
     """
     data = json.dumps(table, default=pydantic_core.to_jsonable_python)
     return model.model_validate_json(data, strict=True)
-
-
-def error_lines(
-    exc: ValidationError,
-    model: type[BaseModel],
-    prefix: str = "",
-    data: Mapping[str, Any] | None = None,
-) -> list[str]:
-    """One ``<prefix>.<key>: <problem>`` line per error of validating ``model``; an unknown
-    key's line lists the keys its table takes, and the closest one (a likely typo). ``data``
-    is the table validated, to name the tables of a list in the key (:func:`key_text`)."""
-    lines = []
-    for err in exc.errors():
-        loc = err["loc"]
-        key = key_text(loc, data, prefix)
-        message = err["msg"]
-        if err["type"] == "extra_forbidden" and (table := _model_at(model, loc[:-1])):
-            known = sorted(n for n, f in table.model_fields.items() if not f.exclude)
-            message = _unknown_key(str(loc[-1]), known)
-        lines.append(f"{key or '(top level)'}: {message}")
-    return lines
-
-
-def key_text(loc: Sequence[int | str], data: Any = None, prefix: str = "") -> str:
-    """The key at ``loc`` as a user finds it in the file: ``models[0] ('face').batch.max_size``
-    (pydantic's ``models.0.batch.max_size``), a list's index in brackets and, for a table of
-    ``data`` (the table validated) with a string ``name``, that name. A key with a line
-    break or another unprintable character (TOML's quoted keys take any) is quoted, as a
-    name is, so that it forges no line of the message nor writes to the terminal."""
-    text = prefix
-    for part in loc:
-        if isinstance(part, int):
-            data = data[part] if isinstance(data, list) and 0 <= part < len(data) else None
-            name = data.get("name") if isinstance(data, dict) else None
-            text += _table_index(part, name)
-        else:
-            data = data.get(part) if isinstance(data, dict) else None
-            key = str(part) if str(part).isprintable() else repr(part)
-            text += f".{key}" if text else key
-    return text
-
-
-def _table_index(index: int, name: object) -> str:
-    """A table of a list as messages name it: ``[0] ('face')``, or ``[0]`` without a
-    string ``name``."""
-    return f"[{index}]" + (f" ({name!r})" if isinstance(name, str) else "")
-
-
-def _unknown_key(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown key (known: {', '.join(known)}){hint}"
-
-
-def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The model of the table at ``loc`` (list indices skipped); None if not a plain one."""
-    current: type[BaseModel] | None = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = current.model_fields.get(part) if current is not None else None
-        current = _model_in(field.annotation) if field is not None else None
-    return current
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The model an annotation holds: itself, or inside an Optional, a tuple or a list."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return next((m for a in get_args(annotation) if (m := _model_in(a)) is not None), None)
 
 
 CpuSchedulingPolicy = Literal["batch", "other", "inherit"]
@@ -631,7 +560,7 @@ class Config(_Strict):
     def model_key(self, model: ModelConfig) -> str:
         """How a message names ``model``'s table, as :func:`key_text` names a key in it:
         ``models[0] ('face')``."""
-        return "models" + _table_index(self.models.index(model), model.name)
+        return "models" + table_index(self.models.index(model), model.name)
 
     def model_path(self, model: ModelConfig) -> Path:
         """The file a model stage loads: ``asset`` in the cache, or ``path`` relative to the
@@ -752,18 +681,9 @@ def cache_dir() -> Path:
 
 
 def _format_errors(path: Path, exc: ValidationError, data: Mapping[str, Any]) -> str:
-    """One line per error, naming its key (:func:`key_text`; ``data`` is the file's table).
-
-    A table list's ``too_short`` error is left out when an error under the same key is
-    reported: pydantic adds one (``models: Tuple should have at least 1 item after
-    validation, not 0``) whenever the list's only tables fail, and it only misleads.
-    """
-    keys = [".".join(str(p) for p in err["loc"]) for err in exc.errors()]
+    """One line per error, naming its key (:func:`error_lines`; ``data`` is the file's table)."""
     lines = [f"{path}: invalid configuration"]
-    for key, err, line in zip(keys, exc.errors(), error_lines(exc, Config, "", data), strict=True):
-        if err["type"] == "too_short" and any(k.startswith(f"{key}.") for k in keys):
-            continue
-        lines.append(f"  {line}")
+    lines += [f"  {line}" for line in error_lines(exc, Config, "", data)]
     return "\n".join(lines)
 
 

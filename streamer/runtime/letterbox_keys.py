@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamer.config import PluginConfig, validate_strict
+from streamer.config_errors import error_lines
 from streamer.errors import ConfigError
 from streamer.runtime.graph_preprocess import InputNormalization, per_channel_mean_std
 
@@ -50,5 +51,4 @@ def letterbox_keys(table: PluginConfig | None) -> LetterboxKeys | None:
     try:
         return validate_strict(LetterboxKeys, table.params())
     except ValidationError as exc:
-        key = ".".join(str(p) for p in exc.errors()[0]["loc"])
-        raise ConfigError(f"preprocess.{key}: {exc.errors()[0]['msg']}") from exc
+        raise ConfigError(error_lines(exc, LetterboxKeys, "preprocess")[0]) from exc

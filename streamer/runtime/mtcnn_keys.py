@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamer.config import PluginConfig, validate_strict
+from streamer.config_errors import error_lines
 from streamer.errors import ConfigError
 from streamer.runtime.graph_preprocess import InputNormalization
 
@@ -65,8 +66,7 @@ def mtcnn_keys(table: PluginConfig | None) -> MtcnnKeys | None:
     try:
         return validate_strict(MtcnnKeys, table.params())
     except ValidationError as exc:
-        key = ".".join(str(p) for p in exc.errors()[0]["loc"])
-        raise ConfigError(f"postprocess.{key}: {exc.errors()[0]['msg']}") from exc
+        raise ConfigError(error_lines(exc, MtcnnKeys, "postprocess")[0]) from exc
 
 
 def refuse_in_graph(table: PluginConfig | None) -> None:

@@ -21,7 +21,8 @@ from typing import Any
 import onnxruntime as ort
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from streamer.config import error_lines, validate_strict
+from streamer.config import validate_strict
+from streamer.config_errors import error_lines
 from streamer.errors import ConfigError
 
 __all__ = ["OnnxOptions", "parse_onnx_options"]

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from streamer.config import PluginConfig, error_lines, validate_strict
+from streamer.config import PluginConfig, validate_strict
+from streamer.config_errors import error_lines
 from streamer.errors import ConfigError
 from streamer.runtime.base import ModelInfo
 from streamer.runtime.ops.base import Operators

@@ -291,6 +291,57 @@ def test_a_key_with_a_line_break_or_a_control_character_is_quoted(tmp_path: Path
     assert "\n  dae-mon: unknown key (known: daemon, egress, ingress, models," in plain
 
 
+URI = 'uri = "pull+bind:tcp://127.0.0.1:5555"'
+
+
+@pytest.mark.parametrize(
+    ("uri", "says"),
+    [
+        ("5", "ingress[0].uri: Input should be a valid string or a valid array"),
+        (
+            '["pull+bind:tcp://127.0.0.1:5555", 3]',
+            "ingress[0].uri[1]: Input should be a valid string",
+        ),
+        ('["a", { x = 1 }]', "ingress[0].uri[1]: Input should be a valid string"),
+    ],
+)
+def test_a_setting_of_several_types_says_once_what_it_takes(
+    tmp_path: Path, uri: str, says: str
+) -> None:
+    """``uri`` takes a string or a list of strings: pydantic reports each type it tried
+    under a tag of its own (``uri.str``, ``uri.tuple[str, ...][1]``); the message names the
+    key as written, with the errors of the type the value has."""
+    message = error(tmp_path, MINIMAL.replace(URI, f"uri = {uri}"))
+    assert message.splitlines()[1:] == [f"  {says}"]
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ('mean = "x"', ["mean: Input should be a valid number or a valid array"]),
+        ('mean = [0.5, "x", 0.5]', ["mean[1]: Input should be a valid number"]),
+        ("mean = [0.5, 0.5]", ["mean: Tuple should have 3 items, not 2"]),
+        ('mean = ["x", 0.5]', ["mean[0]: Input should be", "mean: Tuple should have 3 items"]),
+        ("size = [128]", ["size: Tuple should have 2 items, not 1"]),
+    ],
+)
+def test_a_plug_in_setting_of_several_types_or_a_fixed_length_names_its_problem(
+    tmp_path: Path, line: str, says: list[str]
+) -> None:
+    """``mean``/``std`` take a number or 3; a fixed-length tuple's missing items are its
+    length, not ``mean[2]: Field required``."""
+    preprocess = 'preprocess = { kind = "letterbox" }'
+    text = MINIMAL.replace(preprocess, preprocess.replace(" }", f", {line} }}"))
+    config = load_config(write(tmp_path, text))
+    with pytest.raises(ConfigError) as info:
+        PREPROCESSORS.params(config.models[0].preprocess, "models[0].preprocess")
+    lines = str(info.value).splitlines()[1:]
+    assert len(lines) == len(says)
+    for got, want in zip(lines, says, strict=True):
+        assert got.startswith(f"  models[0].preprocess.{want}")
+    assert "tuple[" not in str(info.value) and ".float" not in str(info.value)
+
+
 def test_an_unknown_key_lists_the_known_ones_and_the_closest(tmp_path: Path) -> None:
     text = MINIMAL.replace('5555"', '5555"\nhmw = 10').replace(
         'name = "face"', 'name = "face"\nreplica = 2'

@@ -42,9 +42,9 @@ from streamer.config import (
     INT32_MAX,
     MAX_DURATION_S,
     PositiveCInt,
-    error_lines,
     validate_strict,
 )
+from streamer.config_errors import error_lines
 from streamer.errors import ConfigError
 from streamer.runtime.acl.constants import QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MIN
 from streamer.runtime.acl.operators import check_max_shapes
