@@ -44,6 +44,9 @@ _SOCKET_TYPES = {
     "push": zmq.PUSH,
 }
 _URI = re.compile(r"^(?P<type>[a-z]+)\+(?P<mode>bind|connect):(?P<address>(tcp|ipc)://.+)$")
+_IPC_ANY = "ipc://*"
+"""An ipc bind to a path ZeroMQ makes: ``<folder>/socket`` in a new folder under
+``$TMPDIR`` (else the working directory), both removed when the socket closes."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ class Endpoint:
 
         Returns:
             The URI as attached, for the log: with the port ZeroMQ chose for a
-            ``tcp://host:*`` bind, which producers and subscribers have to be told.
+            ``tcp://host:*`` bind, or the path (made absolute) it chose for ``ipc://*``,
+            which producers and subscribers have to be told.
 
         Raises:
             zmq.ZMQError: the address is in use or invalid. ZeroMQ binds an ``ipc://`` path
@@ -89,7 +93,7 @@ class Endpoint:
         if self.ipv6:
             socket.setsockopt(zmq.IPV6, 1)
         if self.bind:
-            if self.address.startswith("ipc://"):
+            if self.address.startswith("ipc://") and self.address != _IPC_ANY:
                 _check_ipc_free(self.address)
             try:
                 socket.bind(self.address)
@@ -99,6 +103,9 @@ class Endpoint:
                 raise zmq.ZMQError(errno.ENODEV, _NOT_LOCAL.format(self.address)) from exc
             if self.address.endswith(":*"):
                 return f"{self.kind}+bind:{socket.getsockopt_string(zmq.LAST_ENDPOINT)}"
+            if self.address == _IPC_ANY:
+                path = socket.getsockopt_string(zmq.LAST_ENDPOINT)[len("ipc://") :]
+                return f"{self.kind}+bind:ipc://{os.path.abspath(path)}"
         else:
             socket.connect(self.address)
         return str(self)
@@ -126,9 +133,12 @@ class IpcFile:
     @classmethod
     def of(cls, endpoint: Endpoint) -> IpcFile | None:
         """The file ``endpoint`` has just bound; None for a tcp endpoint, a connect, an
-        abstract (``@``) name, or a file that cannot be read."""
+        abstract (``@``) name, ``ipc://*`` (ZeroMQ removes the file and folder it made), or a
+        file that cannot be read."""
         path = endpoint.address[len("ipc://") :]
         if not (endpoint.bind and endpoint.address.startswith("ipc://")) or path.startswith("@"):
+            return None
+        if endpoint.address == _IPC_ANY:
             return None
         try:
             found = os.stat(path)
@@ -281,8 +291,8 @@ def check_endpoints(
     for where, endpoints in sockets:
         for endpoint in (e for e in endpoints if e.bind):
             key = _bound_key(endpoint.address)
-            # A `*` port is a free port each time: two such binds never clash.
-            if not key.endswith(":*") and (other := bound.get(key)) is not None:
+            # A `*` port or ipc path is a new one each time: two such binds never clash.
+            if not key.endswith(("://*", ":*")) and (other := bound.get(key)) is not None:
                 also = "listed twice" if other == where else f"also bound by {other}"
                 raise ConfigError(f"{where}: {endpoint.address} is {also}")
             bound[key] = where
@@ -366,7 +376,7 @@ def _bound_key(address: str) -> str:
     spellings, which the second bind would take from the first), other addresses as written.
     """
     path = address[len("ipc://") :]
-    if not address.startswith("ipc://") or path.startswith("@"):
+    if not address.startswith("ipc://") or path.startswith("@") or address == _IPC_ANY:
         return address
     return f"ipc://{os.path.realpath(path)}"
 
@@ -500,7 +510,7 @@ def _check_ipc_place(address: str, where: str) -> None:
     if not address.startswith("ipc://"):
         return
     path = address[len("ipc://") :]
-    if path.startswith("@"):  # Linux's abstract namespace: no file
+    if path.startswith("@") or address == _IPC_ANY:  # an abstract name; a path ZeroMQ makes
         return
     if _not_a_socket(path):
         raise ConfigError(f"{where}: {address!r}: {path} exists and is no socket file")

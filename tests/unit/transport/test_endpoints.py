@@ -219,6 +219,33 @@ def test_one_ipc_path_bound_under_two_spellings_is_a_config_error(
     check_endpoints(ingress, [EgressConfig(name="out", uri=f"pub+bind:ipc://{tmp_path}/r.sock")])
 
 
+def test_an_ipc_wildcard_bind_says_the_path_zeromq_chose_and_touches_no_file_named_star(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ipc://*`` was logged as such (no producer can connect to that), two of them were
+    "bound twice", and a file named ``*`` in the working directory was refused as in the way
+    and would have been removed at close as the bound socket's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    (tmp_path / "*").write_text("mine")
+    uris = [f"{kind}+bind:ipc://*" for kind in ("pull", "pub")]
+    ingress, egress = IngressConfig(name="in", uri=uris[0]), EgressConfig(name="out", uri=uris[1])
+    check_endpoints([ingress], [egress])
+    endpoint = parse_endpoint(uris[0], INGRESS_TYPES, "ingress")
+    with zmq.Context() as context:
+        pull, push = context.socket(zmq.PULL), context.socket(zmq.PUSH)
+        attached = endpoint.attach(pull)
+        path = Path(attached.removeprefix("pull+bind:ipc://"))
+        assert path.is_absolute() and path.parent.parent == tmp_path and path.is_socket()
+        assert IpcFile.of(endpoint) is None
+        push.connect(f"ipc://{path}")
+        push.send(b"frame")
+        assert pull.poll(5000) and pull.recv() == b"frame"
+        push.close(linger=0)
+        pull.close(linger=0)
+    assert (tmp_path / "*").read_text() == "mine"
+
+
 def test_an_ipv6_host_needs_brackets() -> None:
     with pytest.raises(ConfigError, match=r"an IPv6 host goes in brackets, e.g. \[::1\]"):
         parse_endpoint("pull+bind:tcp://::1:6555", INGRESS_TYPES, "ingress")
