@@ -102,8 +102,10 @@ class Enqueuer(Worker):
         fails the replica, unless a recovery interrupted it; the device inputs are then
         released unless it was an :class:`EnqueueInterruptedError`); None if it raised as
         the chain was given up."""
-        for frame in dispatched.batch.good:
-            frame.batched_at_ns = time.monotonic_ns()
+        if not dispatched.retried:  # a retry's wait in the batcher ended at its first enqueue
+            now = time.monotonic_ns()
+            for frame in dispatched.batch.good:
+                frame.batched_at_ns = now
         try:
             self._replica.model.enqueue(dispatched.inputs)
         except BackendError as exc:

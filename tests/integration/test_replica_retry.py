@@ -31,7 +31,7 @@ from streamer.scheduling.dequeuer import Dequeuer
 from streamer.scheduling.enqueuer import Enqueuer
 from streamer.scheduling.mailbox import Mailbox
 from streamer.scheduling.policy import BatchPolicy
-from streamer.scheduling.replica import Dispatcher, Replica
+from streamer.scheduling.replica import Dispatched, Dispatcher, Replica
 
 from .blazeface_stage import keep_regressors, reference, tensors
 
@@ -137,6 +137,24 @@ def test_batches_that_fail_on_a_lost_device_run_again_on_the_other(
     retried = [e for e in logs if e["event"] == "batch_retried"]
     assert retried and {(e["device"], e["to_device"], e["frames"]) for e in retried} == {(1, 0, 1)}
     assert "acl.mdl.execute_async failed: ACL_ERROR_GE_FAILURE (500002)" in retried[0]["detail"]
+
+
+def test_a_retried_batch_keeps_the_time_it_was_first_enqueued(
+    face_model: Path, retry_lines: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``batch_wait`` is preprocessed → enqueued: the wait in the batcher. A retried batch's
+    second enqueue took its frames' time, so their wait counted the failed execution too."""
+    first: dict[int, int] = {}
+    retry = Dispatcher.retry
+
+    def noted(dispatcher: Dispatcher, dispatched: Dispatched, *args: Any) -> bool:
+        first.update({f.seq: f.batched_at_ns for f in dispatched.batch.good})
+        return retry(dispatcher, dispatched, *args)
+
+    monkeypatch.setattr(Dispatcher, "retry", noted)
+    run = run_stage(face_model, {"device_lost_after_n_executes": {1: 2}}, tensors(24), 100)
+    assert first and all(f.error is None for f in run.frames)
+    assert {f.seq: f.batched_at_ns for f in run.frames if f.seq in first} == first
 
 
 def test_a_replica_on_a_failure_streak_gets_no_batch_until_its_probe_is_due(
