@@ -17,6 +17,12 @@ continuous pixel coordinates of the decoded image (a pixel spans [i, i + 1), x r
 6. the cut is resized to the model's (height, width), ``cv2.INTER_AREA`` when shrinking,
    ``cv2.INTER_LINEAR`` otherwise (as :mod:`streamer.vision.preprocess`).
 
+A region whose zero-padded cut would hold more than four times the image's pixels (and more
+than 65536: the square of an 8192 x 1 strip holds 67 million for its 8192) is not cut whole:
+the part inside the image is resized straight to its place in the black crop, which is the
+same geometry within a pixel at the image's edge, and costs the image's pixels rather than the
+region's (an 8192 x 1 frame would otherwise cost a 200 MB cut and its resize).
+
 A :class:`CropTransform` per crop maps crop coordinates back to image pixels. Config::
 
     margin = 0.0       # fraction of the box size added on each side, >= 0
@@ -28,6 +34,7 @@ Pure functions of their arguments: thread-safe, called on the decode worker pool
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +49,11 @@ from streamer.vision.preprocess import input_size
 from streamer.vision.registry import PluginParams
 
 __all__ = ["CropParams", "CropTransform", "Crops", "crop", "crop_regions", "detection_boxes"]
+
+_MAX_PADDED_CUT_RATIO = 4
+"""Largest zero-padded cut, in image pixels (and at least ``_MIN_PADDED_CUT_PX``), that is
+cut whole; a larger region's in-image part is resized into its place instead."""
+_MIN_PADDED_CUT_PX = 1 << 16
 
 
 class CropParams(PluginParams):
@@ -165,21 +177,67 @@ def crop(
     regions = crop_regions(boxes, margin, square)
     crops = np.empty((len(regions), height, width, *image.shape[2:]), image.dtype)
     transforms = []
+    largest_cut = max(_MAX_PADDED_CUT_RATIO * image_h * image_w, _MIN_PADDED_CUT_PX)
     for k, (x1, y1, x2, y2) in enumerate(regions.tolist()):
-        shrink = y2 - y1 >= height and x2 - x1 >= width
-        interpolation = cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
-        cut = _cut(image, x1, y1, x2, y2)
-        resized = cv2.resize(cut, (width, height), interpolation=interpolation)
-        crops[k] = resized.reshape(crops.shape[1:])  # cv2 drops a single channel's axis
+        if (x2 - x1) * (y2 - y1) > largest_cut:  # leaves the image: a region inside fits
+            crops[k] = 0
+            _place(image, (x1, y1, x2, y2), crops[k])
+        else:
+            cut = _cut(image, x1, y1, x2, y2)
+            resized = cv2.resize(cut, (width, height), interpolation=_interpolation(cut, size))
+            crops[k] = resized.reshape(crops.shape[1:])  # cv2 drops a single channel's axis
         transforms.append(CropTransform(x1, y1, x2, y2, width, height, image_w, image_h))
     return crops, transforms
+
+
+def _interpolation(cut: np.ndarray, size: tuple[int, int]) -> int:
+    """``cv2.INTER_AREA`` when ``cut`` shrinks to ``size`` (height, width) both ways, else
+    ``cv2.INTER_LINEAR``."""
+    shrink = cut.shape[0] >= size[0] and cut.shape[1] >= size[1]
+    return cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
+
+
+def _inside(image: np.ndarray, x1: int, y1: int, x2: int, y2: int) -> bool:
+    h, w = image.shape[:2]
+    return x1 >= 0 and y1 >= 0 and x2 <= w and y2 <= h
+
+
+def _place(image: np.ndarray, region: tuple[int, int, int, int], out: np.ndarray) -> None:
+    """Write the crop of ``region`` (x1, y1, x2, y2) into ``out`` (zeros, (height, width)
+    or (height, width, C)) without cutting the padded region: the part inside the image is
+    resized to the crop pixels it reaches, those it covers only in part dimmed by the fraction
+    covered (as the area average of the padded cut would), so a sliver of the image stays a
+    faint line and costs no more than its own pixels."""
+    x1, y1, x2, y2 = region
+    h, w = image.shape[:2]
+    height, width = out.shape[:2]
+    ix1, iy1, ix2, iy2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
+    if ix2 <= ix1 or iy2 <= iy1:
+        return
+    fx, fy = width / (x2 - x1), height / (y2 - y1)
+    ax1, ax2, ay1, ay2 = (ix1 - x1) * fx, (ix2 - x1) * fx, (iy1 - y1) * fy, (iy2 - y1) * fy
+    ox1, ox2 = math.floor(ax1), min(math.ceil(ax2), width)
+    oy1, oy2 = math.floor(ay1), min(math.ceil(ay2), height)
+    part = image[iy1:iy2, ix1:ix2]
+    size = (oy2 - oy1, ox2 - ox1)
+    resized = cv2.resize(part, size[::-1], interpolation=_interpolation(part, size))
+    cover = np.outer(_coverage(ay1, ay2, oy1, oy2), _coverage(ax1, ax2, ox1, ox2))
+    cover = cover.reshape(*size, *(1,) * (out.ndim - 2))
+    out[oy1:oy2, ox1:ox2] = np.rint(resized.reshape(cover.shape[:2] + out.shape[2:]) * cover)
+
+
+def _coverage(start: float, stop: float, first: int, end: int) -> np.ndarray:
+    """float64 (end - first,): the fraction of each pixel ``first .. end - 1`` that the span
+    [start, stop) covers."""
+    pixels = np.arange(first, end, dtype=np.float64)
+    return np.clip(np.minimum(stop, pixels + 1) - np.maximum(start, pixels), 0.0, 1.0)
 
 
 def _cut(image: np.ndarray, x1: int, y1: int, x2: int, y2: int) -> np.ndarray:
     """The region [x1, x2) × [y1, y2) of ``image``: a view when inside it, else a zero-padded
     copy of the same size."""
     h, w = image.shape[:2]
-    if x1 >= 0 and y1 >= 0 and x2 <= w and y2 <= h:
+    if _inside(image, x1, y1, x2, y2):
         return image[y1:y2, x1:x2]
     out = np.zeros((y2 - y1, x2 - x1, *image.shape[2:]), image.dtype)
     ix1, iy1, ix2, iy2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)

@@ -164,3 +164,26 @@ def test_onet_alone_classifies_faces(
     predicted = np.array([r["face"]["is_face"] for r in results])
     assert (predicted == np.repeat([True, False], 10)).mean() >= 0.8
     assert daemon.stop() == 0
+
+
+def test_strip_frames_are_classified_through_their_in_image_part(
+    start_config: Any, connect: Any
+) -> None:
+    """``mtcnn_classify`` squares the whole frame: a 1 x 8192 strip (24 KiB, inside every
+    ingress limit) was cut as a zero-padded 8192 x 8192 square, 200 MB and a tenth of a
+    second or more of a decode worker each, so a few dozen of them held every other source up
+    for seconds and a stop's drain ran out (``drain_timeout``, ``threads_stuck``). The cost
+    is checked in tests/unit/vision/test_crops.py (allocation, not time); here, that such
+    frames get their results through a daemon."""
+    daemon = start_config("face_classifier.toml")
+    client: Client = connect(daemon)
+    strips = [np.full((1, 8192, 3), 200, np.uint8), np.full((8192, 1), 200, np.uint8)]
+    for seq in range(60):
+        image = strips[seq % 2]
+        color = "bgr" if image.ndim == 3 else "gray"
+        client.send_parts(encode_frame("strip", seq, image, encoding="raw", color=color))
+    results = client.collect(60)
+    assert [r["seq"] for r in results] == list(range(60))
+    assert all(r["error"] is None and r["face"]["is_face"] is False for r in results)
+    assert {(r["width"], r["height"]) for r in results} == {(8192, 1), (1, 8192)}
+    assert daemon.stop() == 0

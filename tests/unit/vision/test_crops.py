@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import cv2
@@ -27,10 +28,11 @@ def _ramp(h: int = 60, w: int = 80) -> np.ndarray:
     return np.stack([xs, ys, np.full_like(xs, 200)], axis=2).astype(np.uint8)
 
 
-def _reference(image: np.ndarray, region: tuple[int, int, int, int], size: int) -> np.ndarray:
+def _reference(
+    image: np.ndarray, region: tuple[int, int, int, int], size: int, pad: int = 100
+) -> np.ndarray:
     """The obvious implementation: pad the whole image with zeros, slice, resize."""
     x1, y1, x2, y2 = region
-    pad = 100
     padded = cv2.copyMakeBorder(image, pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=0)
     cut = padded[y1 + pad : y2 + pad, x1 + pad : x2 + pad]
     shrink = cut.shape[0] >= size and cut.shape[1] >= size
@@ -181,3 +183,32 @@ def test_bad_boxes_fail_the_frame(detections: list[object]) -> None:
     with pytest.raises(FrameError) as err:
         detection_boxes(detections)  # type: ignore[arg-type]
     assert err.value.reason == Reason.PREPROCESS_FAILED
+
+
+@pytest.mark.parametrize("shape", [(1, 8192, 3), (8192, 1, 3), (3, 2000, 3), (40, 8000)])
+def test_a_strip_is_cut_without_its_padded_square(shape: tuple[int, ...]) -> None:
+    """The whole-frame square of a strip (``mtcnn_classify``, or a detection as wide as the
+    frame) was cut whole: a 1 x 8192 frame, 24 KiB, cost a zero-padded 8192 x 8192 cut
+    (200 MB) and its resize, a tenth of a second each, beyond every ingress limit. Its
+    in-image part is now resized into place: the same crop within a grey level or so."""
+    image = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    h, w = shape[:2]
+    tracemalloc.start()
+    try:
+        crops, (t,) = crop(image, np.array([[0, 0, w, h]]), (24, 24), square=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * image.nbytes + (1 << 20)
+    assert (t.x2 - t.x1, t.y2 - t.y1) == (max(h, w), max(h, w))
+    reference = _reference(image, (t.x1, t.y1, t.x2, t.y2), 24, pad=max(h, w))
+    difference = np.abs(crops[0].astype(int) - reference.reshape(crops[0].shape).astype(int))
+    assert difference.max() <= 2 and difference.mean() < 0.1
+
+
+def test_a_sliver_of_a_large_region_stays_a_faint_line() -> None:
+    """A 3-row strip in its 500 x 500 square averages to a faint line, not to nothing."""
+    image = np.full((3, 500, 3), 255, np.uint8)
+    crops, (t,) = crop(image, np.array([[0, 0, 500, 3]]), (24, 24), square=True)
+    reference = _reference(image, (t.x1, t.y1, t.x2, t.y2), 24, pad=500)
+    assert crops[0].any() and np.abs(crops[0].astype(int) - reference.astype(int)).max() <= 2
