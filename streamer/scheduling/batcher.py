@@ -19,6 +19,8 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -97,6 +99,8 @@ class Batcher(Worker):
     def loop(self) -> None:
         while not self._abort.is_set():
             for item in self._take():
+                if self._abort.is_set():
+                    return
                 if isinstance(item, Frame):
                     self._add(item)
                 elif isinstance(item, Batch):
@@ -124,7 +128,8 @@ class Batcher(Worker):
 
     def _add(self, frame: Frame) -> None:
         if frame.pending is not None:
-            frame.pending.result()
+            if not self._prepared(frame.pending):
+                return  # aborted: the chain's frames are dropped (``shutdown``)
             frame.pending = None
         if frame.children:
             frame.outstanding = len(frame.children)
@@ -134,6 +139,15 @@ class Batcher(Worker):
             self._outbox.put(Batch([frame]))
         else:
             self._group(frame)
+
+    def _prepared(self, pending: Future[Frame]) -> bool:
+        """Wait for a frame's decode+preprocess job; False when the pipeline aborts first
+        (a backlog of slow decodes, large PNGs, must not hold this thread past a stop)."""
+        while not self._abort.is_set():
+            if wait_for([pending], timeout=_POLL_S).done:
+                pending.result()
+                return True
+        return False
 
     def _group(self, frame: Frame) -> None:
         assert frame.tensor is not None

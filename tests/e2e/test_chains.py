@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from streamer.clients.producer import produce
 from streamer.transport.protocol import encode_frame
 
-from .conftest import Client, Daemon, free_port, metric_by_label
+from .conftest import Client, Daemon, free_port, metric_by_label, wait_metric
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -187,3 +188,27 @@ def test_strip_frames_are_classified_through_their_in_image_part(
     assert all(r["error"] is None and r["face"]["is_face"] is False for r in results)
     assert {(r["width"], r["height"]) for r in results} == {(8192, 1), (1, 8192)}
     assert daemon.stop() == 0
+
+
+def test_a_stop_is_not_held_by_a_backlog_of_slow_decodes(start_config: Any, connect: Any) -> None:
+    """40-megapixel PNGs (half a second each to decode and crop) queued faster than one
+    decode worker takes them: at the drain's end the batcher waited on each queued frame's
+    preparation in turn, a batch's worth (seconds) past the abort, and the stop logged
+    ``threads_stuck`` (an error) and left the ZeroMQ context unterminated, or the worker
+    pool's shutdown cancelled the decode it waited on and the daemon exited 1
+    (``pipeline_failed``, ``CancelledError``). Batcher: "abort: ... the thread then returns
+    at once"."""
+    daemon = start_config(
+        "face_classifier.toml", lambda text: "drain_timeout_s = 0.5\ndecode_workers = 1\n" + text
+    )
+    client: Client = connect(daemon)
+    payload = cv2.imencode(".png", np.zeros((6000, 6600, 3), np.uint8))[1].tobytes()  # 39.6 MP
+    for seq in range(40):
+        client.send_parts(encode_frame("big", seq, payload, encoding="png"))
+    wait_metric(daemon, "streamer_frames_received_total", 40)
+    time.sleep(1.5)  # the batcher has taken a batch's worth, still being decoded
+    assert daemon.stop() == 0  # it exited 1 too: pipeline_failed, CancelledError
+    assert not [e for e in daemon.logs if e.get("event") == "threads_stuck"]
+    final = daemon.final_counts()
+    assert final["received"] == final["published"] + final["failed"] + final["dropped"]
+    assert final["dropped_by_reason"].get("shutdown", 0) > 0  # the backlog was cut short
