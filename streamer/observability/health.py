@@ -16,13 +16,18 @@ may use it (HAProxy's ``http-check send meth HEAD``), and a 501 there would read
 The server is the standard library's threading HTTP server on its own thread; each request
 runs on a short-lived thread with a socket timeout, so a slow client cannot block a probe,
 and those threads are not waited for at stop, so a client that trickles its request (each
-line within the timeout) cannot hold the daemon's exit either.
+line within the timeout) cannot hold the daemon's exit either. A client that hangs up or
+stalls past the timeout (a scrape that timed out) costs its request and nothing else; any
+other failure of a request is an ``http_request_failed`` warning, at most 10 lines per 10 s,
+never the standard library's traceback on standard error (a client resetting its connections
+would otherwise put 25 raw lines there per request, past the log's budgets).
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from http.server import ThreadingHTTPServer
@@ -35,6 +40,7 @@ from prometheus_client.exposition import MetricsHandler
 
 from streamer.errors import StreamerError
 from streamer.lifecycle import Status, Worker
+from streamer.log_budget import LogBudget
 
 __all__ = ["LOOP_STALE_S", "HealthServer", "HealthState"]
 
@@ -43,6 +49,7 @@ LOOP_STALE_S = 10.0
 _REQUEST_TIMEOUT_S = 5.0
 _POLL_S = 0.2
 _log = structlog.get_logger(__name__)
+_FAILURE_LINES = LogBudget("http_request_failed")
 
 _NOT_READY = {
     Status.INITIALIZING: "initializing: loading models",
@@ -176,6 +183,16 @@ class _HeadersOnly:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A request failed (on its own thread): nothing to say for a client that hung up
+        or stalled, a budgeted warning for anything else (module docstring)."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            return
+        if (suppressed := _FAILURE_LINES.take()) is not None:
+            failure = f"{type(error).__name__}: {error}"
+            _log.warning("http_request_failed", error=failure, suppressed=suppressed)
 
 
 class _Server6(_Server):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 import time
 import urllib.error
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
+from structlog.testing import capture_logs
 
 from streamer.errors import StreamerError
 from streamer.lifecycle import Status
@@ -197,3 +199,47 @@ def test_an_ipv6_address() -> None:
     finally:
         server.stop()
     assert result[0] == 200
+
+
+class _Broken:
+    """A collector that fails every scrape."""
+
+    def collect(self) -> Iterator[Any]:
+        raise ValueError("collector broke")
+
+
+def _request_threads_done() -> None:
+    deadline = time.monotonic() + 10
+    while any("process_request" in t.name for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "a request thread still runs"
+        time.sleep(0.01)
+
+
+def test_a_client_that_resets_or_a_failed_request_writes_no_traceback(
+    server: tuple[HealthServer, HealthState], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scrape whose client hung up (reset) put a 25-line traceback on standard error, past
+    every log budget; a request that fails otherwise is a budgeted warning instead."""
+    http, _ = server
+    for _ in range(10):
+        client = socket.create_connection(("127.0.0.1", http.port))
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # a reset, before the answer is written
+    _request_threads_done()
+    registry = CollectorRegistry()
+    registry.register(_Broken())  # type: ignore[arg-type]
+    broken = HealthServer("127.0.0.1", 0, HealthState(), registry)
+    broken.launch(5)
+    try:
+        with capture_logs() as logs:
+            for _ in range(12):
+                with pytest.raises((urllib.error.URLError, ConnectionError)):
+                    get(f"http://127.0.0.1:{broken.port}/metrics")
+            _request_threads_done()
+    finally:
+        broken.stop()
+    assert capsys.readouterr().err == ""
+    failed = [e for e in logs if e["event"] == "http_request_failed"]
+    assert 1 <= len(failed) <= 10
+    assert failed[0]["error"] == "ValueError: collector broke"
