@@ -321,6 +321,38 @@ def test_check_reports_a_failed_release_in_one_line(
     assert "acl.mdl.unload failed" in line and ": ok" not in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("code", "name", "exit_code"),
+    [
+        (207001, "ACL_ERROR_RT_MEMORY_ALLOCATION", 1),  # the device is full: a backend failure
+        (200000, "ACL_ERROR_BAD_ALLOC", 1),
+        (145000, "ACL_ERROR_GE_PARAM_INVALID", 2),  # the runtime refuses the model file
+    ],
+)
+def test_a_model_load_short_of_device_memory_is_a_backend_failure_not_a_bad_model(
+    tmp_path: Path, assets: dict[str, Path], code: int, name: str, exit_code: int
+) -> None:
+    """``acl.mdl.load_from_file`` out of device memory exits 1 (a backend failure: the units
+    restart it), as ``acl.rt.malloc`` out of memory does, not 2 (a bad model: the units'
+    ``RestartPreventExitStatus=2`` would leave the service down); a model the runtime refuses
+    is still exit 2."""
+    settings = backend_settings("acl-sim-async", assets["blazeface_short_range"], tmp_path)
+
+    def on_sim(text: str) -> str:
+        text = to_acl_sim(text).replace('normalize = "model"', 'normalize = "host"')  # or AIPP
+        text = text.replace('asset = "blazeface_short_range"', f'path = "{settings["model_path"]}"')
+        fault = f'fail_calls = {{"acl.mdl.load_from_file" = {code}}}'
+        return text + f"\n[runtime.options.sim]\n{fault}\n"
+
+    config = shipped_config("default.toml", tmp_path / "check", on_sim)[0]
+    result = streamer_check(config)
+    assert result.returncode == exit_code, result.stdout + result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in result.stderr
+    assert f"acl.mdl.load_from_file failed: {name} ({code})" in line, line
+    assert "model 'face'" in line, line
+
+
 def test_an_asset_on_the_simulator_is_pointed_to_its_layout_not_a_damaged_cache(
     tmp_path: Path, assets: dict[str, Path]
 ) -> None:

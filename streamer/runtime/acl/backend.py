@@ -74,6 +74,11 @@ _UNSUPPORTED = frozenset(
 )
 """WithQ load failures that mean "not on this file or chip": auto mode falls back to async."""
 
+_OUT_OF_MEMORY = frozenset({AclCode.ERROR_BAD_ALLOC, AclCode.ERROR_RT_MEMORY_ALLOCATION})
+"""Load failures that say the device, not the model, is at fault (too little memory left):
+a backend failure (exit 1: the units restart it), as ``acl.rt.malloc``'s are, not a bad model
+(exit 2, which ``RestartPreventExitStatus=2`` keeps from restarting)."""
+
 REPORT_THREADS_RECOMMENDED = 32
 """Most callback threads subscribed in one process that ``aclrtSubscribeReport``'s doc
 recommends (the limit is 1024, 128 on Atlas 200/300/500; RT ``python/docs/zh/api_ref/runtime/
@@ -241,6 +246,8 @@ class AclBackend(Backend):
             try:
                 return load_plain(self._acl, str(spec.path))
             except AclError as exc:
+                if exc.code in _OUT_OF_MEMORY:
+                    raise  # _load_on names the model and the device
                 detail = recent_error(self._acl)
                 raise ModelError(
                     f"model {spec.name!r}: cannot load {spec.path}: {exc}"
