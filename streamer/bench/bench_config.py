@@ -106,6 +106,9 @@ def bench_config(
     data["daemon"].update(log_format="json", http_address=f"127.0.0.1:{ports.http}")
     data["ingress"] = [_ingress(data["ingress"][0], ports)]
     data["egress"] = [_egress(data["egress"][0], ports)]
+    for table, model_config in zip(data["models"], base.models, strict=True):
+        if model_config.path is not None:  # the written config lives elsewhere (--out)
+            table["path"] = str(base.model_path(model_config))
     model = data["models"][0]
     model["batch"]["max_size"] = max_size
     if device_side:
