@@ -208,8 +208,8 @@ def _report(summary: Summary, path: Path | None) -> None:
     if path is not None:
         try:
             path.write_text(report + "\n")
-        except OSError as exc:
-            raise click.ClickException(str(exc)) from exc
+        except OSError as exc:  # a full disk: the error would not name the file
+            raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def _stop_reason(

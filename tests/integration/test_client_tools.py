@@ -93,6 +93,17 @@ def test_subscribe_tool_names_the_jsonl_file_it_cannot_write(xpub: zmq.Socket[An
     assert "Error: cannot write /dev/full: No space left on device" in err.decode()
 
 
+def test_subscribe_tool_names_the_summary_file_it_cannot_write(xpub: zmq.Socket[Any]) -> None:
+    """As for --jsonl: a full disk under --summary said only ``[Errno 28] No space left on
+    device``, naming no file."""
+    tool = _start_subscriber(xpub, "--summary", "/dev/full", "--count", "1")
+    with tool:
+        xpub.send_multipart(_result(0))
+        _, err = tool.communicate(timeout=60)
+    assert tool.returncode == 1
+    assert "Error: cannot write /dev/full: No space left on device" in err.decode()
+
+
 @pytest.mark.parametrize("video", ["no-such-video.mp4", "not-a-video.mp4"])
 def test_subscribe_tool_checks_the_video_to_annotate_before_opening_any_file(
     tmp_path: Path, video: str
