@@ -674,7 +674,10 @@ def cache_dir() -> Path:
     ``$XDG_CACHE_HOME`` is ignored, as the XDG Base Directory spec asks (it would name
     another cache in each working directory)."""
     if env := os.environ.get("STREAMER_CACHE"):
-        return Path(env).expanduser()
+        try:
+            return Path(env).expanduser()
+        except RuntimeError:  # ~user of no such user: kept as it is, as a shell keeps it
+            return Path(env)
     xdg = Path(os.environ.get("XDG_CACHE_HOME", ""))
     base = xdg if xdg.is_absolute() else Path.home() / ".cache"
     return base / "streamer"
@@ -693,7 +696,8 @@ _KEY_PATHS = ("curve_secret_key_file", "curve_clients_dir")
 def _resolve_key_paths(data: dict[str, Any], folder: Path) -> None:
     """Make the relative CURVE key paths of the ``[[ingress]]`` and ``[[egress]]`` tables, and
     the ACL backends' ``runtime.options.acl_config_path``, relative to ``folder`` (the config
-    file's), as model paths are; ``~`` is expanded."""
+    file's), as model paths are; ``~`` is expanded, in the models' ``path`` too (a ``~user``
+    of no such user is a config error, not a crash when the model is looked for)."""
     for table in ("ingress", "egress"):
         entries = data.get(table)
         for entry in entries if isinstance(entries, list) else []:
@@ -701,6 +705,11 @@ def _resolve_key_paths(data: dict[str, Any], folder: Path) -> None:
                 value = entry.get(key) if isinstance(entry, dict) else None
                 if isinstance(value, str) and value:
                     entry[key] = str(folder / _expanded(value, f"{table}.{key}"))
+    models = data.get("models")
+    for index, model in enumerate(models if isinstance(models, list) else []):
+        value = model.get("path") if isinstance(model, dict) else None
+        if isinstance(value, str) and value.startswith("~"):  # the folder joins it later
+            model["path"] = str(_expanded(value, f"models[{index}].path"))
     runtime = data.get("runtime")
     options = runtime.get("options") if isinstance(runtime, dict) else None
     if isinstance(options, dict):
@@ -722,10 +731,13 @@ def _expanded(path: str, key: str) -> Path:
         raise ValueError(f"{key}: cannot expand {path!r}: {exc}") from exc
 
 
-def _refuse_dates(value: Any, file: Path, root: Any, loc: tuple[int | str, ...] = ()) -> None:
+def _refuse_dates_and_nuls(
+    value: Any, file: Path, root: Any, loc: tuple[int | str, ...] = ()
+) -> None:
     """No setting takes a TOML date or time; refuse one before validation, which would pass
-    it on as its ISO text (:func:`validate_strict`). ``root`` is the file's table, ``loc``
-    where ``value`` sits in it.
+    it on as its ISO text (:func:`validate_strict`). Nor a string with a NUL character: no
+    path, address or name holds one (a model ``path`` with one was a ValueError traceback).
+    ``root`` is the file's table, ``loc`` where ``value`` sits in it.
 
     Raises:
         ConfigError: naming the file and the key.
@@ -735,6 +747,11 @@ def _refuse_dates(value: Any, file: Path, root: Any, loc: tuple[int | str, ...] 
             f"{file}: invalid configuration\n"
             f"  {key_text(loc, root)}: a date or time is not a valid value"
         )
+    if isinstance(value, str) and "\0" in value:  # a path or address the OS refuses
+        raise ConfigError(
+            f"{file}: invalid configuration\n"
+            f"  {key_text(loc, root)}: a NUL character (\\u0000) is not a valid value"
+        )
     children = (
         value.items()
         if isinstance(value, dict)
@@ -743,7 +760,7 @@ def _refuse_dates(value: Any, file: Path, root: Any, loc: tuple[int | str, ...] 
         else ()
     )
     for name, child in children:
-        _refuse_dates(child, file, root, (*loc, name))
+        _refuse_dates_and_nuls(child, file, root, (*loc, name))
 
 
 MAX_CONFIG_BYTES = 16 << 20
@@ -774,7 +791,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     if "source_file" in data:  # set from the path below, not a setting
         raise ConfigError(f"{file}: invalid configuration\n  source_file: unknown key")
     try:
-        _refuse_dates(data, file, data)
+        _refuse_dates_and_nuls(data, file, data)
         _resolve_key_paths(data, file.resolve().parent)
         return validate_strict(Config, {**data, "source_file": file.resolve()})
     except ValidationError as exc:

@@ -75,7 +75,10 @@ def _models_identity(config: Config) -> list[tuple[object, ...]]:
     identity: list[tuple[object, ...]] = []
     for model in config.models:
         path = config.model_path(model)
-        stat = path.stat() if path.exists() else None
+        try:
+            stat: os.stat_result | None = path.stat()
+        except OSError:  # missing, a name too long: the load says why
+            stat = None
         stamp = (stat.st_mtime_ns, stat.st_size) if stat else None
         identity.append((model.model_dump(exclude={"path", "asset"}), str(path), stamp))
     return identity

@@ -77,13 +77,25 @@ def asset_state(asset: Asset | Split, root: Path | None = None) -> AssetState:
     if not path.exists():
         return "missing"
     if isinstance(asset, Asset) and asset.kind != "model":  # stored as shipped
-        return "ready" if _sha256(path.read_bytes()) == asset.sha256 else "damaged"
+        return "ready" if _sha256(_read(path)) == asset.sha256 else "damaged"
     digest = _digest_path(path)
     if not digest.exists():
         return "unverified"
-    written = digest.read_text().split()  # also as `sha256sum` writes it: "<hex>  <name>"
-    intact = bool(written) and written[0].lower() == _sha256(path.read_bytes())
+    written = _read(digest).decode(errors="replace").split()  # also as `sha256sum` writes
+    intact = bool(written) and written[0].lower() == _sha256(_read(path))  # "<hex>  <name>"
     return "ready" if intact else "damaged"
+
+
+def _read(path: Path) -> bytes:
+    """The bytes of the cache file ``path``.
+
+    Raises:
+        OSError: it cannot be read, or is no regular file (a FIFO blocked the read forever,
+            a link to /dev/zero filled the memory).
+    """
+    if not (path.is_file() or path.is_dir()):  # a folder: the read says so
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return path.read_bytes()
 
 
 def media_asset(name: str) -> Asset | None:

@@ -26,6 +26,7 @@ is refused here.
 from __future__ import annotations
 
 import queue
+import stat
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -130,6 +131,10 @@ def open_session(spec: ModelSpec, options: Mapping[str, Any]) -> ort.InferenceSe
     sess_options.log_severity_level = 3
     providers = list(parsed.providers)
     try:
+        mode = spec.path.stat().st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # a folder: the open says so
+            # a FIFO would block the open, /dev/zero fill the memory: never a model
+            raise ModelError(f"model {spec.name!r}: {spec.path} is not a regular file")
         with spec.path.open("rb"):
             pass
     except FileNotFoundError as exc:

@@ -257,9 +257,13 @@ def _client_keys(directory: Path) -> frozenset[bytes]:
     """The Z85 public keys of the ``*.key`` files in ``directory``.
 
     Raises:
-        ConfigError: the directory cannot be read or holds a malformed key file.
+        ConfigError: the directory cannot be read or holds a malformed key file, or a
+            ``*.key`` that is no regular file.
     """
     try:
+        odd = sorted(path.name for path in directory.glob("*.key") if not path.is_file())
+        if odd:  # a FIFO blocked the read forever, a link to /dev/zero filled the memory
+            raise ConfigError(f"curve_clients_dir {directory}: not regular files: {odd}")
         keys = frozenset(zmq.auth.load_certificates(directory))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"curve_clients_dir {directory}: {exc}") from exc

@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -392,6 +394,34 @@ def test_streamer_check_names_the_file_for_a_plug_in_error(tmp_path: Path) -> No
     assert f"error: {path}: models[0] ('face').postprocess: invalid parameters" in result.output
 
 
+def test_streamer_check_refuses_a_max_detections_no_operator_can_take(tmp_path: Path) -> None:
+    """``max_detections = 9223372036854775808`` passed ``check``, and with ``nms =
+    "operator"`` every frame then failed (``postprocess_failed``: OverflowError)."""
+    big = '{ kind = "blazeface", nms = "operator", max_detections = 9223372036854775808 }'
+    path = write(tmp_path, MINIMAL.replace('{ kind = "blazeface" }', big))
+    result = CliRunner().invoke(main, ["check", "--config", str(path)])
+    assert result.exit_code == 2, result.output
+    says = "models[0] ('face').postprocess.max_detections: Input should be less than or equal"
+    assert says in result.output
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ('path = "models/face.onnx"', 'path = "face\\u0000.onnx"', "models[0] ('face').path"),
+        ("tcp://127.0.0.1:5555", "ipc:///tmp/in\\u0000", "ingress[0].uri"),
+    ],
+    ids=["model-path", "ipc-path"],
+)
+def test_a_nul_character_in_a_setting_is_a_config_error(
+    tmp_path: Path, old: str, new: str, key: str
+) -> None:
+    """TOML's ``\\u0000`` in a path: ``check`` and ``run`` died with a ValueError traceback
+    ("embedded null byte") when the OS was asked for the file."""
+    says = f"{key}: a NUL character (\\u0000) is not a valid value"
+    assert says in error(tmp_path, MINIMAL.replace(old, new))
+
+
 def test_the_reorder_window_covers_what_the_chain_can_have_in_flight(tmp_path: Path) -> None:
     """With the window below it, one replica's slow batch makes its source's later results,
     finished by the other replicas, overflow the window: out of order (``reorder_gave_up``)."""
@@ -418,6 +448,44 @@ def test_the_reorder_window_covers_what_the_chain_can_have_in_flight(tmp_path: P
 def test_max_sources_is_a_positive_count(tmp_path: Path, value: str, says: str) -> None:
     assert load_config(write(tmp_path, MINIMAL)).daemon.max_sources == 4096
     assert says in error(tmp_path, MINIMAL + f"[daemon]\nmax_sources = {value}\n")
+
+
+def test_streamer_check_refuses_a_model_path_that_is_no_regular_file(tmp_path: Path) -> None:
+    """A FIFO (or /dev/zero) as a model's ``path``: the open of the FIFO blocked ``check``
+    and ``run`` forever, and /dev/zero was read until the memory ran out."""
+    config = write(tmp_path, MINIMAL)
+    (tmp_path / "models").mkdir()
+    os.mkfifo(tmp_path / "models" / "face.onnx")
+    done = subprocess.run(
+        [sys.executable, "-m", "streamer", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    fifo = tmp_path.resolve() / "models" / "face.onnx"
+    assert f"error: {config}: model 'face': {fifo} is not a regular file" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        ('path = "~streamer-no-such-user/face.onnx"', "models[0].path: cannot expand"),
+        (f'path = "{"x" * 300}.onnx"', "File name too long"),
+        (f'asset = "{"x" * 300}"', "models[0] ('face').asset: unknown 'xxx"),
+    ],
+    ids=["unknown-user", "long-path", "long-asset"],
+)
+def test_streamer_check_exits_2_for_a_model_file_name_it_cannot_look_up(
+    tmp_path: Path, model: str, says: str
+) -> None:
+    """A ``~user`` of no such user, or a name longer than the system takes: a RuntimeError
+    or OSError traceback (exit 1) instead of a message naming the key or file."""
+    path = write(tmp_path, MINIMAL.replace('path = "models/face.onnx"', model))
+    result = CliRunner().invoke(main, ["check", "--config", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert f"error: {path}: " in result.output and says in result.output
 
 
 def test_streamer_check_gives_up_on_a_config_nobody_writes(

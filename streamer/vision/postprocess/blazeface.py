@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from streamer.config import INT32_MAX
 from streamer.errors import ConfigError, FrameError, Reason
 from streamer.runtime.base import ModelInfo, Tensor
 from streamer.runtime.ops.base import Operators
@@ -160,7 +161,7 @@ class BlazeFaceParams(PluginParams):
 
     score_threshold: float | None = Field(None, gt=0, lt=1)
     iou_threshold: float = Field(0.3, ge=0, le=1)
-    max_detections: int = Field(100, ge=1)
+    max_detections: int = Field(100, ge=1, le=INT32_MAX)  # the operator's k: a C long
     nms: NmsPlace = "host"
 
     @property

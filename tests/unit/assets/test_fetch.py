@@ -1,5 +1,8 @@
 import hashlib
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import onnxruntime as ort
@@ -22,6 +25,17 @@ def test_a_cache_that_cannot_be_written_is_one_error_before_any_download(
         fetch_assets(root=blocker / "cache", names=["blazeface_short_range"])
     with pytest.raises(AssetError, match="cannot use the cache .*: not a folder"):
         fetch_assets(root=blocker, names=["blazeface_short_range"])
+
+
+def test_a_streamer_cache_of_an_unknown_users_home_is_kept_as_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``STREAMER_CACHE=~nosuchuser/cache`` crashed every command with a RuntimeError
+    traceback; a shell leaves such a ``~user`` as it is, and so does the cache."""
+    monkeypatch.setenv("STREAMER_CACHE", "~streamer-no-such-user/cache")
+    assert cache_dir() == Path("~streamer-no-such-user/cache")
+    monkeypatch.setenv("STREAMER_CACHE", "~/cache")
+    assert cache_dir() == Path.home() / "cache"
 
 
 def test_a_relative_xdg_cache_home_is_ignored(
@@ -131,6 +145,41 @@ def test_models_list_names_an_unreadable_file_and_lists_the_others(
     assert f"error: blazeface_short_range: cannot read {model}.sha256: Is a directory" in (
         listed.stderr
     )
+
+
+def test_a_digest_whose_bytes_are_no_longer_text_is_damaged(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """A byte flipped out of UTF-8 in a ``.sha256`` file: ``models list``, ``check`` and
+    ``run`` died with a UnicodeDecodeError traceback instead of calling the model damaged."""
+    model = _copy_model_into(tmp_path, "blazeface_short_range")
+    asset = next(a for a in ASSETS if a.name == "blazeface_short_range")
+    model.with_name(model.name + ".sha256").write_bytes(b"\xff\xfe" + b"0" * 62)
+    assert asset_state(asset, tmp_path) == "damaged"
+
+
+def test_a_cached_file_replaced_by_a_fifo_is_unreadable_not_waited_for(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """``models list`` (and ``check``, ``run``, ``fetch``) read a FIFO in the cache, blocking
+    forever; a link to /dev/zero was read until the memory ran out."""
+    model = _copy_model_into(tmp_path, "blazeface_short_range")
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()
+    model.with_name(model.name + ".sha256").write_text(digest)
+    model.unlink()
+    os.mkfifo(model)
+    listed = subprocess.run(
+        [sys.executable, "-m", "streamer", "models", "list"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "STREAMER_CACHE": str(tmp_path)},
+    )
+    assert listed.returncode == 1, listed.stderr[-2000:]
+    states = {line.split()[1]: line.split()[2] for line in listed.stdout.splitlines()[1:]}
+    assert states["blazeface_short_range"] == "unreadable"
+    says = f"error: blazeface_short_range: cannot read {model}: not a regular file"
+    assert says in listed.stderr
 
 
 def test_a_digest_written_by_hand_or_by_sha256sum_is_read(

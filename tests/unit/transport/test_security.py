@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,6 +241,32 @@ def test_check_curve_keys_reads_the_clients_dir_of_each_socket(keys: dict[str, P
     )
     with pytest.raises(ConfigError, match="egress out: curve_clients_dir .*clients"):
         check_curve_keys([], [egress])
+
+
+def test_a_clients_dir_key_that_is_no_regular_file_is_a_config_error(
+    keys: dict[str, Path],
+) -> None:
+    """A FIFO named ``*.key`` in ``curve_clients_dir``: ``check`` and ``run`` blocked forever
+    reading it (and a link to /dev/zero was read until the memory ran out)."""
+    fifo = keys["clients"] / "pipe.key"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            check_curve_keys([_config(keys)], [])
+            outcome.append(None)
+        except Exception as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # blocked on the FIFO: an empty write end lets it go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+    assert outcome and isinstance(outcome[0], ConfigError), outcome
+    assert "not regular files: ['pipe.key']" in str(outcome[0])
 
 
 def test_keygen_tool(tmp_path: Path) -> None:
