@@ -8,17 +8,7 @@ from streamer.bench.bench_config import Ports, bench_config
 from streamer.config import load_config
 from streamer.config_writer import write_config
 
-CONFIG = """
-[[ingress]]
-uri = "pull+bind:tcp://127.0.0.1:5555"
-[[egress]]
-uri = "pub+bind:tcp://127.0.0.1:5556"
-[[models]]
-name = "face"
-path = "models/face.onnx"
-preprocess = { kind = "letterbox" }
-postprocess = { kind = "blazeface" }
-"""
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_relative_model_path_still_names_the_base_configs_model_from_out(
@@ -29,7 +19,9 @@ def test_a_relative_model_path_still_names_the_base_configs_model_from_out(
     from ``--out`` instead, and ``streamer bench --config`` failed with "no file at
     OUT/models/face.onnx"."""
     (tmp_path / "etc").mkdir()
-    (tmp_path / "etc" / "c.toml").write_text(CONFIG)
+    shipped = (ROOT / "configs" / "default.toml").read_text()
+    relative = shipped.replace('asset = "blazeface_short_range"', 'path = "models/face.onnx"')
+    (tmp_path / "etc" / "c.toml").write_text(relative)
     base = load_config(tmp_path / "etc" / "c.toml")
     out = tmp_path / "out"
     out.mkdir()
