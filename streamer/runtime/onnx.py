@@ -132,8 +132,9 @@ def open_session(spec: ModelSpec, options: Mapping[str, Any]) -> ort.InferenceSe
     providers = list(parsed.providers)
     try:
         mode = spec.path.stat().st_mode
-        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # a folder: the open says so
-            # a FIFO would block the open, /dev/zero fill the memory: never a model
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero would fill the memory
+            # (a FIFO is left to block as a hung mount does: a load that blocks holds up
+            # neither the watchdog nor a stop)
             raise ModelError(f"model {spec.name!r}: {spec.path} is not a regular file")
         with spec.path.open("rb"):
             pass
