@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NoReturn, cast
 
 import click
 
-from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state, fetch_assets
+from streamer.assets import ASSETS, SPLITS, Asset, Split, asset_state, check_cache, fetch_assets
 from streamer.config import Config, DaemonConfig, cache_dir
 from streamer.config_read import ConfigRead
 from streamer.errors import (
@@ -388,6 +388,11 @@ def models_list() -> None:
     ready, missing, damaged, unverified (``fetch`` makes these two again) or unreadable.
     Exit code 1 when one is damaged or unreadable."""
     click.echo(f"cache: {cache_dir()}")
+    try:
+        check_cache()
+    except AssetError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FATAL)
     catalog: list[Asset | Split] = [*ASSETS, *SPLITS]
     states: dict[str, str] = {}
     unreadable: list[str] = []

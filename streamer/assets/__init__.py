@@ -8,7 +8,14 @@ model cut at intermediate tensors, for chains) are made from a fetched one
 """
 
 from streamer.assets.catalog import ASSETS, SPLITS, Asset, Split
-from streamer.assets.fetch import asset_path, asset_state, fetch_assets, media_asset, media_path
+from streamer.assets.fetch import (
+    asset_path,
+    asset_state,
+    check_cache,
+    fetch_assets,
+    media_asset,
+    media_path,
+)
 
 __all__ = [
     "ASSETS",
@@ -17,6 +24,7 @@ __all__ = [
     "Split",
     "asset_path",
     "asset_state",
+    "check_cache",
     "fetch_assets",
     "media_asset",
     "media_path",

@@ -19,6 +19,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -39,6 +40,7 @@ __all__ = [
     "AssetState",
     "asset_path",
     "asset_state",
+    "check_cache",
     "fetch_assets",
     "media_asset",
     "media_path",
@@ -142,11 +144,34 @@ def fetch_assets(
     try:
         return _fetch(root, requested, report)
     except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename and str(exc.filename) != str(root) else ""
-        raise AssetError(
-            f"cannot use the cache {root}: {where}{exc.strerror or exc}; set STREAMER_CACHE to "
-            "a folder this user can read and write (or fetch as the user who owns it)"
-        ) from exc
+        raise _cache_error(root, exc) from exc
+
+
+def check_cache(root: Path | None = None) -> None:
+    """Check that the cache can be looked in: ``root`` is a folder, or does not exist yet (a
+    fetch makes it; every asset is then missing).
+
+    Raises:
+        AssetError: ``root`` is something else (a file), or a file or a folder this user may
+            not search is on its path.
+    """
+    root = root or cache_dir()
+    try:
+        mode = root.stat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _cache_error(root, exc) from exc
+    if not stat.S_ISDIR(mode):
+        raise _cache_error(root, NotADirectoryError(errno.ENOTDIR, "not a folder", str(root)))
+
+
+def _cache_error(root: Path, exc: OSError) -> AssetError:
+    where = f"{exc.filename}: " if exc.filename and str(exc.filename) != str(root) else ""
+    return AssetError(
+        f"cannot use the cache {root}: {where}{exc.strerror or exc}; set STREAMER_CACHE to "
+        "a folder this user can read and write (or fetch as the user who owns it)"
+    )
 
 
 def _fetch(root: Path, requested: list[Asset | Split], report: Callable[[str], None]) -> list[Path]:

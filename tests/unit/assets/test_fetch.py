@@ -147,6 +147,24 @@ def test_models_list_names_an_unreadable_file_and_lists_the_others(
     )
 
 
+@pytest.mark.parametrize("below", ["", "cache"])
+def test_models_list_refuses_a_cache_that_is_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, below: str
+) -> None:
+    """STREAMER_CACHE naming a file (or a folder below one) listed every asset ``missing`` and
+    exited 0, as if a fetch would fill it; the fetch then failed."""
+    cache_file = tmp_path / "cache.tar"
+    cache_file.write_bytes(b"not a folder")
+    monkeypatch.setenv("STREAMER_CACHE", str(cache_file / below))
+    listed = CliRunner().invoke(main, ["models", "list"])
+    assert listed.exit_code == 1
+    assert "missing" not in listed.stdout
+    reason = "not a folder" if not below else "Not a directory"
+    assert f"error: cannot use the cache {cache_file / below}: {reason}; set STREAMER_CACHE" in (
+        listed.stderr
+    )
+
+
 def test_a_digest_whose_bytes_are_no_longer_text_is_damaged(
     tmp_path: Path, assets: dict[str, Path]
 ) -> None:
