@@ -28,18 +28,27 @@ from streamer.vision.registry import PREPROCESSORS
 
 __all__ = ["letterbox_aipp", "model_aipp", "mtcnn_aipp"]
 
+INT32_MAX = 2**31 - 1
+
 
 def model_aipp(
     config: Config, model: str, size: tuple[int, int] | None = None
 ) -> StaticAipp | DynamicAippConfig:
     """The ``aipp_op`` for model ``model``: :func:`mtcnn_aipp` for an MTCNN item stage,
     :func:`letterbox_aipp` otherwise (same arguments and errors; a negative ``size``, or one
-    with a single 0, is a :class:`~streamer.errors.ConfigError` too)."""
+    with a single 0 or one past int32, is a :class:`~streamer.errors.ConfigError` too: the
+    runtime's ``aclmdlAIPP`` keeps ``srcImageSizeW/H`` as ``int32_t``, CANN's
+    ``aipp_param_check.cpp``)."""
     stage = _stage(config, model)
     if size is not None and min(size) < 0:
         raise ConfigError(
             f"size {size[0]} {size[1]}: height and width are pixels, not negative "
             "(0 0 for resolution gears)"
+        )
+    if size is not None and max(size) > INT32_MAX:
+        raise ConfigError(
+            f"size {size[0]} {size[1]}: height and width are at most {INT32_MAX} pixels "
+            "(ACL holds the AIPP source size as int32)"
         )
     if size is not None and 0 in size and any(size):
         raise ConfigError(

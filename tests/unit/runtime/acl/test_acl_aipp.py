@@ -166,6 +166,19 @@ def test_cli_refuses_a_negative_size_with_one_line(tmp_path: Path) -> None:
     )
 
 
+def test_cli_refuses_a_size_past_int32(tmp_path: Path) -> None:
+    """``--size 99999999999 2`` printed an AIPP config no ATC or runtime takes."""
+    config = face_config(tmp_path)
+    base = ["models", "aipp", "--config", str(config), "--model", "face", "--size"]
+    result = CliRunner().invoke(main, [*base, "99999999999", "2"])
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        "error: size 99999999999 2: height and width are at most 2147483647 pixels "
+        "(ACL holds the AIPP source size as int32)\n"
+    )
+    assert CliRunner().invoke(main, [*base, "2147483647", "2"]).exit_code == 0
+
+
 @pytest.mark.parametrize(("size", "missing"), [(("0", "128"), "height"), (("96", "0"), "width")])
 def test_cli_refuses_a_size_with_one_zero(
     tmp_path: Path, size: tuple[str, str], missing: str
