@@ -48,6 +48,8 @@ DEFAULT_ROUNDS = 3
 DEFAULT_SETTLE_S = 10.0
 QUICK_FRAMES = 32
 BATCH_SIZES = (1, 2, 4, 8, 16)
+REPORT_FILES = ("report.json", "report.png")
+"""What a run writes last into ``--out``; an earlier run's are removed when a run starts."""
 
 Echo = Callable[[str], None]
 Progress = Callable[[str, int], None]
@@ -118,7 +120,7 @@ def run_bench(options: BenchOptions, echo: Echo = print) -> BenchReport:
                 _frames_path(options, bench_input.name).unlink(missing_ok=True)
     measurements = _measurements(options, plan, frames, components, rounds, profiled)
     report = assemble(measurements)
-    write_json(report, options.out_dir / "report.json")
+    write_json(report, options.out_dir / REPORT_FILES[0])
     if "plot" in report.files:
         write_plot(report, Path(report.files["plot"]))
     echo(format_report(report))
@@ -132,6 +134,8 @@ def _plan(options: BenchOptions) -> _Plan:
     batch_sizes = tuple(sorted({*BATCH_SIZES, *max_sizes}))
     with _writing_out(options):
         options.out_dir.mkdir(parents=True, exist_ok=True)  # once the config is known to suit
+        for earlier in REPORT_FILES:  # a run that fails leaves no report to be taken for its own
+            (options.out_dir / earlier).unlink(missing_ok=True)
     configs = [
         _daemon_config(base, options, m, daemon_mode(m, max_sizes[0]), batch_sizes)
         for m in max_sizes
@@ -289,8 +293,8 @@ def _progress(bar: tqdm[Any]) -> Progress:
 
 def _files(options: BenchOptions, plan: _Plan) -> dict[str, str]:
     out = options.out_dir
-    files = {"json": str(out / "report.json")}
+    files = {"json": str(out / REPORT_FILES[0])}
     if plot_available():
-        files["plot"] = str(out / "report.png")
+        files["plot"] = str(out / REPORT_FILES[1])
     files["configs"] = ", ".join(str(d.path) for d in plan.daemons)
     return files

@@ -186,8 +186,13 @@ def test_sigterm_stops_the_daemons_and_the_receiver_it_started(
 
 def test_sigterm_while_the_inputs_are_read_leaves_no_frame_files(tmp_path: Path) -> None:
     """The frames of the first input used to be saved before the cleanup was armed, so a
-    bench stopped while it read the second input left them in --out."""
+    bench stopped while it read the second input left them in --out. The report of an
+    earlier run in --out used to stay beside the new configs, as if this run had written it."""
     out = tmp_path / "out"
+    out.mkdir()
+    earlier = [out / "report.json", out / "report.png"]
+    for path in earlier:
+        path.write_bytes(b"an earlier run's")
     command = [sys.executable, "-m", "streamer", "bench", "--quick", "--frames", "3000"]
     command += ["--config", str(ROOT / "configs" / "default.toml"), "--out", str(out)]
     bench = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -203,6 +208,7 @@ def test_sigterm_while_the_inputs_are_read_leaves_no_frame_files(tmp_path: Path)
     assert bench.returncode == 143, stderr.decode()[-2000:]
     assert not list(out.glob("frames-*"))
     assert (out / "config-daemon.toml").exists()  # what --out is for stays
+    assert not any(path.exists() for path in earlier)
 
 
 def test_a_config_that_does_not_load_is_the_first_thing_said_and_leaves_no_folder(
