@@ -9,10 +9,10 @@ a daemon thread, so it never holds up the exit.
 
 from __future__ import annotations
 
-import threading
-import time
+from functools import partial
 from pathlib import Path
 
+from streamer.background_call import BackgroundCall
 from streamer.config import Config, load_config
 from streamer.errors import ConfigError
 
@@ -20,7 +20,8 @@ __all__ = ["ConfigRead"]
 
 
 class ConfigRead:
-    """One read of ``path`` with :func:`~streamer.config.load_config`, started at once.
+    """One read of ``path`` with :func:`~streamer.config.load_config`, started at once on a
+    :class:`~streamer.background_call.BackgroundCall`.
 
     Args:
         path: the config file.
@@ -30,16 +31,12 @@ class ConfigRead:
     """
 
     def __init__(self, path: Path) -> None:
-        self.started_s = time.monotonic()
-        self._path = path
-        self._done = threading.Event()
-        self._config: Config | None = None
-        self._error = ""
-        threading.Thread(target=self._read, name="config-read", daemon=True).start()
+        self._read = BackgroundCall(partial(_read, path), "config-read")
+        self.started_s = self._read.started_s
 
     def wait(self, timeout_s: float) -> bool:
         """Wait at most ``timeout_s`` for the read to end; whether it has."""
-        return self._done.wait(timeout_s)
+        return self._read.wait(timeout_s)
 
     def result(self) -> Config | str:
         """The config read, or why it could not be (the error's text); only once it ended.
@@ -47,16 +44,15 @@ class ConfigRead:
         Raises:
             RuntimeError: the read has not ended.
         """
-        if not self._done.is_set():
+        if not self._read.wait(0):
             raise RuntimeError("the config file is still being read")
-        return self._config if self._config is not None else self._error
+        return self._read.result()
 
-    def _read(self) -> None:
-        try:
-            self._config = load_config(self._path)
-        except ConfigError as exc:
-            self._error = str(exc)
-        except Exception as exc:  # noqa: BLE001 - a bad file must not stop a serving daemon
-            self._error = f"{type(exc).__name__}: {exc}"
-        finally:
-            self._done.set()
+
+def _read(path: Path) -> Config | str:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a bad file must not stop a serving daemon
+        return f"{type(exc).__name__}: {exc}"
