@@ -1,7 +1,10 @@
 """Daemon lifecycle: start, the control loop, reload, drain, release.
 
 Start order: the HTTP server (so probes answer while the models load), the models, the
-pipeline's threads and sockets, then ``READY=1`` to systemd and the ``ready`` log line.
+pipeline's threads and sockets, then ``READY=1`` to systemd and the ``ready`` log line. The
+models load on a :class:`~streamer.background_call.BackgroundCall` thread, so that a stop
+is acted on while a load blocks (a model file on a hung mount): the load gets
+``daemon.drain_timeout_s`` to end, then is abandoned (``load_abandoned``).
 
 The control loop runs on the main thread, one tick every 0.2 s at most (a quarter of the
 watchdog timeout when that is shorter). Each tick checks the pipeline for a failure, reads
@@ -41,12 +44,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
 import structlog
 
+from streamer.background_call import BackgroundCall
 from streamer.config import Config, DaemonConfig
 from streamer.config_read import ConfigRead
 from streamer.errors import (
@@ -206,14 +211,13 @@ def _load_and_serve(
     health: HealthState,
     metrics: PipelineMetrics,
 ) -> int:
-    try:
-        pipeline = Pipeline.load(config, metrics)
-    except (ConfigError, ModelError) as exc:
-        _log.error("start_failed", error=str(exc), config=str(config_path))
-        return EXIT_USAGE
-    except StreamerError as exc:
-        _log.error("start_failed", error=str(exc), config=str(config_path))
-        return EXIT_FATAL
+    load = BackgroundCall(partial(Pipeline.load, config, metrics), "model-load")
+    while not load.wait(_TICK_S):
+        if requests.stop.is_set():
+            return _stop_during_load(load, config, config_path, requests)
+    pipeline = _loaded(load, config_path)
+    if isinstance(pipeline, int):
+        return pipeline
     metrics.watch(pipeline.sample)
     control = _Control(pipeline, config_path, requests, health, metrics)
     try:
@@ -222,6 +226,41 @@ def _load_and_serve(
         control.close()
         released = close_logged(pipeline.close, "pipeline")
     return code if released else EXIT_FATAL
+
+
+def _loaded(load: BackgroundCall[Pipeline], config_path: Path) -> Pipeline | int:
+    """The pipeline ``load`` (ended) made, or the exit code of its failure, logged as
+    ``start_failed``: 2 for a config or model the daemon cannot use, 1 for the backend."""
+    try:
+        return load.result()
+    except (ConfigError, ModelError) as exc:
+        _log.error("start_failed", error=str(exc), config=str(config_path))
+        return EXIT_USAGE
+    except StreamerError as exc:
+        _log.error("start_failed", error=str(exc), config=str(config_path))
+        return EXIT_FATAL
+
+
+def _stop_during_load(
+    load: BackgroundCall[Pipeline], config: Config, config_path: Path, requests: _Requests
+) -> int:
+    """A stop came while the models loaded: the load gets ``daemon.drain_timeout_s`` to end,
+    and what it loaded is released. One still loading then (a model file on a hung mount) is
+    abandoned, as a reload's is (``load_abandoned``): its daemon thread does not hold up the
+    exit. Returns the exit code; the last line is ``stopped``."""
+    requests.log_received()
+    why = "a stop came while the models loaded"
+    if not load.wait(config.daemon.drain_timeout_s):
+        running_s = round(time.monotonic() - load.started_s, 1)
+        _log.warning("load_abandoned", reason=why, running_s=running_s)
+        _log.info("stopped", reason=why, config=str(config_path))
+        return EXIT_OK
+    pipeline = _loaded(load, config_path)
+    if isinstance(pipeline, int):
+        return pipeline
+    released = close_logged(pipeline.close, "pipeline")
+    _log.info("stopped", reason=why, config=str(config_path))
+    return EXIT_OK if released else EXIT_FATAL
 
 
 class _Control:

@@ -446,6 +446,79 @@ def test_a_stop_while_the_first_config_read_blocks_exits_at_once(tmp_path: Path)
     assert line["reason"] == "SIGTERM came before the config file was read"
 
 
+def start_loading_a_fifo(folder: Path) -> tuple[subprocess.Popen[str], Path]:
+    """``streamer run`` on the default config, its model a FIFO nobody writes (a model file
+    on a hung mount), once its start's load waits to open the FIFO: the daemon (its log in
+    ``folder/log``) and the FIFO."""
+    fifo = folder / "face.onnx"
+    os.mkfifo(fifo)
+    source = re.compile('^(asset|path) = ".*"$', re.MULTILINE)  # the model's
+
+    def edit(text: str) -> str:
+        text = source.sub(f'path = "{fifo}"', text)
+        return text.replace("drain_timeout_s = 10.0", "drain_timeout_s = 1.0")
+
+    config, *_ = shipped_config("default.toml", folder, edit)
+    command = [sys.executable, "-m", "streamer", "run", "--config", str(config)]
+    with (folder / "log").open("w") as log:
+        daemon = subprocess.Popen(command, stdout=log, text=True)
+    deadline = time.monotonic() + 60
+    while not _opening_a_fifo(daemon.pid):
+        assert time.monotonic() < deadline and daemon.poll() is None, "the load never began"
+        time.sleep(0.01)
+    return daemon, fifo
+
+
+def _opening_a_fifo(pid: int) -> bool:
+    """Whether a thread of process ``pid`` waits in ``open`` for a FIFO's writer (Linux: the
+    kernel function it sleeps in, fs/pipe.c)."""
+    for wchan in Path(f"/proc/{pid}/task").glob("*/wchan"):
+        with contextlib.suppress(OSError):  # a thread that ended since it was listed
+            if wchan.read_text() == "wait_for_partner":
+                return True
+    return False
+
+
+def test_a_stop_while_the_start_s_model_load_blocks_ends_the_daemon(tmp_path: Path) -> None:
+    """The model is a FIFO nobody writes: the start's load never ends. It ran on the main
+    thread, where Python runs signal handlers, so SIGTERM went unseen and only SIGKILL ended
+    the process; now the load gets ``drain_timeout_s``, is abandoned, and the daemon exits 0."""
+    daemon, _ = start_loading_a_fifo(tmp_path)
+    try:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0
+    finally:
+        daemon.kill()
+    lines = [json.loads(text) for text in (tmp_path / "log").read_text().splitlines()]
+    abandoned, stopped = [line for line in lines if line["event"] != "cpu_scheduling_policy"][-2:]
+    assert abandoned["event"] == "load_abandoned" and abandoned["running_s"] >= 1.0
+    assert stopped["event"] == "stopped" == lines[-1]["event"]
+    assert stopped["reason"] == "a stop came while the models loaded"
+
+
+def test_a_stop_during_the_start_s_model_load_releases_what_it_loaded(
+    tmp_path: Path, assets: dict[str, Path]
+) -> None:
+    """SIGTERM while the start's model load blocks, which then ends within
+    ``drain_timeout_s``: the model it loaded is released, and the daemon exits 0 without
+    serving (no ``ready``)."""
+    daemon, fifo = start_loading_a_fifo(tmp_path)
+    log, deadline = tmp_path / "log", time.monotonic() + 30
+    try:
+        daemon.send_signal(signal.SIGTERM)
+        while '"signal_received"' not in log.read_text():  # the stop was taken: the load
+            assert time.monotonic() < deadline, "the stop was not taken"  # may end now
+            time.sleep(0.01)
+        unblock_the_load(fifo, assets["blazeface_short_range"])
+        assert daemon.wait(30) == 0
+    finally:
+        daemon.kill()
+    lines = [json.loads(text) for text in log.read_text().splitlines()]
+    events = [line["event"] for line in lines]
+    assert events[-1] == "stopped" and "load_abandoned" not in events and "ready" not in events
+    assert [line for line in lines if line["level"] != "info"] == []
+
+
 def reload_onto_a_fifo(daemon: Daemon, folder: Path) -> Path:
     """Point the daemon's model at a FIFO nobody writes, and SIGHUP: the reload's load
     blocks opening it, as a read on a hung network mount does. Returns the FIFO."""
