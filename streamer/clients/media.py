@@ -8,12 +8,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
 import cv2
 import numpy as np
 
+from streamer.background_call import BackgroundCall
 from streamer.errors import ClientError
 
 __all__ = ["FRAME_COUNT_SLACK", "IMAGE_SUFFIXES", "MediaInput", "open_input"]
@@ -26,6 +28,8 @@ FRAME_COUNT_SLACK = 2
 """Frames a video may end short of the count its container announces
 (``CAP_PROP_FRAME_COUNT``) without being taken as truncated or corrupt: real files are
 often off by one or two at the end."""
+_OPEN_WAIT_SLICE_S = 0.2
+"""How long a wait for a video to open goes without looking for a Ctrl-C (s)."""
 
 
 @dataclass(frozen=True)
@@ -158,12 +162,18 @@ def _read_image(path: Path) -> np.ndarray:
 
 
 def _open_capture(target: str | int) -> cv2.VideoCapture:
-    """A capture of the video file or camera ``target``, opened.
+    """A capture of the video file or camera ``target``, opened on a thread of its own: an
+    open that blocks (a file on a hung mount, a FIFO nobody writes, a stream that does not
+    answer) leaves the main thread free to take a Ctrl-C or SIGTERM.
 
     Raises:
         ClientError: OpenCV cannot open it.
+        KeyboardInterrupt: Ctrl-C or SIGTERM (``sigterm_as_ctrl_c``) while it opens.
     """
-    capture = cv2.VideoCapture(target)
+    opening = BackgroundCall(partial(cv2.VideoCapture, target), "video-open")
+    while not opening.wait(_OPEN_WAIT_SLICE_S):
+        pass
+    capture = opening.result()
     if not capture.isOpened():
         capture.release()
         raise ClientError(f"cannot open video or camera {target!r}")

@@ -32,6 +32,7 @@ import cv2
 import numpy as np
 import pytest
 import zmq
+from procfs import wait_opening_a_fifo
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamer.errors import Reason
@@ -462,21 +463,12 @@ def start_loading_a_fifo(folder: Path) -> tuple[subprocess.Popen[str], Path]:
     command = [sys.executable, "-m", "streamer", "run", "--config", str(config)]
     with (folder / "log").open("w") as log:
         daemon = subprocess.Popen(command, stdout=log, text=True)
-    deadline = time.monotonic() + 60
-    while not _opening_a_fifo(daemon.pid):
-        assert time.monotonic() < deadline and daemon.poll() is None, "the load never began"
-        time.sleep(0.01)
+    try:
+        wait_opening_a_fifo(daemon.pid)
+    except AssertionError:
+        daemon.kill()
+        raise
     return daemon, fifo
-
-
-def _opening_a_fifo(pid: int) -> bool:
-    """Whether a thread of process ``pid`` waits in ``open`` for a FIFO's writer (Linux: the
-    kernel function it sleeps in, fs/pipe.c)."""
-    for wchan in Path(f"/proc/{pid}/task").glob("*/wchan"):
-        with contextlib.suppress(OSError):  # a thread that ended since it was listed
-            if wchan.read_text() == "wait_for_partner":
-                return True
-    return False
 
 
 def test_a_stop_while_the_start_s_model_load_blocks_ends_the_daemon(tmp_path: Path) -> None:

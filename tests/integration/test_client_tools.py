@@ -4,6 +4,7 @@ signals, files and usage errors, against real ZMQ sockets on loopback."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import cv2
 import numpy as np
 import pytest
 import zmq
+from procfs import wait_opening_a_fifo
 
 from streamer.bench.bench_config import free_port
 
@@ -336,6 +338,24 @@ def test_produce_tool_on_sigterm_ends_as_on_ctrl_c(pull: zmq.Socket[Any]) -> Non
         eos = _headers_to_eos(pull)[-1]
     assert tool.returncode == 1, err.decode()[-2000:]
     assert b"Aborted!" in err and eos["eos"] and eos["seq"] >= 1
+
+
+def test_produce_tool_on_sigterm_while_its_video_opens_ends_at_once(tmp_path: Path) -> None:
+    """A video that does not open (a FIFO nobody writes, a file on a hung mount): OpenCV's
+    open blocked the main thread, where Python runs signal handlers, and SIGTERM went
+    unseen."""
+    fifo = tmp_path / "camera.mp4"
+    os.mkfifo(fifo)
+    command = [*PRODUCE, str(fifo), "--endpoint", f"tcp://127.0.0.1:{free_port()}"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as tool:
+        try:
+            wait_opening_a_fifo(tool.pid)
+            tool.send_signal(signal.SIGTERM)
+            _, err = tool.communicate(timeout=30)
+        finally:
+            tool.kill()
+    assert tool.returncode == 1, err.decode()[-2000:]
+    assert err.decode().strip() == "Aborted!"
 
 
 def test_produce_tool_gives_no_rate_for_one_frame(pull: zmq.Socket[Any]) -> None:
