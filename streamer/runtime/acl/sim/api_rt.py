@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from streamer.runtime.acl.constants import AclCode, RunMode
+from streamer.runtime.acl.constants import AclCode, CallbackBlock, RunMode
 from streamer.runtime.acl.sim import teardown
 from streamer.runtime.acl.sim.binding import SimError
 from streamer.runtime.acl.sim.memory import MemoryKind
@@ -169,6 +169,8 @@ def _callbacks(sim: Simulator, rt: ModuleType) -> None:
     def launch_callback(fn: Any, data: Any, block: int, stream: int) -> int:
         if not callable(fn):
             raise TypeError("parameter must be callable")
+        if block not in (CallbackBlock.NO_BLOCK, CallbackBlock.BLOCK):
+            raise SimError(AclCode.ERROR_INVALID_PARAM, "S21", f"block type {block} is not 0 or 1")
         sim.devices.current()
         target = sim.stream(stream)
         if not sim.reports.subscribed(stream):

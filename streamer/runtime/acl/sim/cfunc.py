@@ -15,7 +15,8 @@ import ctypes
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from streamer.runtime.acl.sim.binding import Binder, Returns, SimulatorFault
+from streamer.runtime.acl.constants import AclCode
+from streamer.runtime.acl.sim.binding import Binder, Returns, SimError, SimulatorFault
 
 __all__ = ["CFunction", "SimLibrary"]
 
@@ -62,7 +63,8 @@ class CFunction:
         try:
             values = self._check(args)
             returns: Returns = "handle" if self.restype is ctypes.c_void_p else "ret"
-            result = self._binder.invoke(self.__name__, returns, self._impl, values)
+            impl = self._null_pointer(args) or self._impl
+            result = self._binder.invoke(self.__name__, returns, impl, values)
         except Exception as exc:
             self._binder.log.record(self.__name__, args, f"raised {type(exc).__name__}")
             raise
@@ -70,6 +72,25 @@ class CFunction:
         if self.restype is ctypes.c_void_p:
             return result or None
         return result
+
+    def _null_pointer(self, args: tuple[Any, ...]) -> Callable[..., int] | None:
+        """A stand-in that refuses the call when a typed pointer parameter (an out-parameter
+        such as ``uint32_t *qid`` or ``size_t *retDataSize``, or a queue id array) is NULL:
+        ACL checks them before doing anything and returns ``ACL_ERROR_INVALID_PARAM``."""
+        assert self.argtypes is not None
+        nulls = [
+            position
+            for position, (argtype, arg) in enumerate(zip(self.argtypes, args, strict=True), 1)
+            if arg is None and issubclass(argtype, ctypes._Pointer)
+        ]
+        if not nulls:
+            return None
+        message = f"{self.__name__}: parameter {nulls[0]} is NULL"
+
+        def refuse(*_args: Any) -> int:
+            raise SimError(AclCode.ERROR_INVALID_PARAM, "null-pointer", message)
+
+        return refuse
 
     def _check(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """The declaration matches the header and the arguments convert, as ctypes would.
@@ -90,13 +111,24 @@ class CFunction:
         return tuple(_convert(t, arg) for t, arg in zip(self.argtypes, args, strict=True))
 
 
+_POINTER_VALUES = (ctypes.c_char_p, ctypes.c_wchar_p, ctypes.c_void_p)
+"""ctypes objects that a ``void*`` parameter receives by value: the address they hold."""
+
+
 def _convert(argtype: Any, arg: Any) -> Any:
+    """The value the C function receives: for a ``byref`` argument the object it points to
+    (so the simulation can write through it); for a ``void*`` the address, including that
+    held by a ``c_char_p`` / ``c_void_p`` passed by value (a ``char*``, not a ``char**``)."""
     argtype.from_param(arg)
     if type(arg).__name__ == "CArgObject":
         return arg._obj
+    if isinstance(arg, ctypes._Pointer) and arg:  # ctypes.pointer(x): the same as byref(x)
+        return arg.contents
     if argtype in _INTEGERS:
         return argtype(arg).value if isinstance(arg, int) else arg.value
     if argtype is ctypes.c_void_p:
+        if isinstance(arg, _POINTER_VALUES):
+            return ctypes.cast(arg, ctypes.c_void_p).value or 0
         return arg or 0
     return arg
 

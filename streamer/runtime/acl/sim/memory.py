@@ -203,6 +203,15 @@ class SimMemory:
             alloc = self._resolve(ptr, count)
             return alloc.kind, alloc.device
 
+    def allocation_start(self, ptr: int, count: int) -> int:
+        """Start address of the live allocation that holds ``[ptr, ptr + count)``.
+
+        Raises:
+            SimError: the range is not inside one live allocation.
+        """
+        with self._lock:
+            return self._resolve(ptr, count).start
+
     def host_read(self, ptr: int, count: int, host_run_mode: bool) -> bytes:
         """``acl.util.ptr_to_bytes``: what the application process reads at ``ptr``.
 

@@ -26,6 +26,13 @@ Rules (reference/pyacl.md §2 and §9):
         Device memory, and ``aclrtMallocHost`` gives Device memory only there). The page gives
         no code; the simulator returns ``ACL_ERROR_INVALID_PARAM``. A data buffer may sit in
         several datasets (the next model of a chain reads the previous one's output buffer).
+    Secondary allocation (seeds "内存二次分配管理"): pieces an application carves out of one
+        ``malloc`` block each take ``ALIGN_UP(len, 32) + 32`` bytes and start on a 64-byte
+        boundary, "otherwise memory is easily overrun" (the runtime itself does not check).
+        So every data buffer of an execution starts on a 64-byte boundary, and two of them in
+        one allocation lie at least ``ALIGN_UP(len, 32) + 32`` bytes apart; the simulator
+        refuses the execution with ``ACL_ERROR_MEMORY_ADDRESS_UNALIGNED`` (rule
+        ``secondary-allocation``) rather than let a pool bug pass unseen.
 
 Dynamic AIPP: ``set_input_aipp`` checks an ``aclmdlAIPP`` against the model and writes it into
 the dataset's ``ascend_dynamic_aipp_data`` buffer; each execution reads it back from there
@@ -52,6 +59,7 @@ from pathlib import Path
 import numpy as np
 
 from streamer.runtime.acl.constants import AclCode
+from streamer.runtime.acl.pool import ALIGN_MODEL, segment_bytes
 from streamer.runtime.acl.sim.aipp_data import AippParameters, decode, encode
 from streamer.runtime.acl.sim.aipp_model import check_parameters, parameter_feeds, runtime_dtype
 from streamer.runtime.acl.sim.binding import SimError
@@ -388,16 +396,44 @@ class SimModels:
         the model's device (module docstring).
 
         Raises:
-            SimError: ``ACL_ERROR_MODEL_INPUT_NOT_MATCH`` / ``..._OUTPUT_NOT_MATCH``, or
-                ``ACL_ERROR_INVALID_PARAM`` for a buffer elsewhere.
+            SimError: ``ACL_ERROR_MODEL_INPUT_NOT_MATCH`` / ``..._OUTPUT_NOT_MATCH``,
+                ``ACL_ERROR_INVALID_PARAM`` for a buffer elsewhere, or
+                ``ACL_ERROR_MEMORY_ADDRESS_UNALIGNED`` for buffers laid out against the
+                secondary allocation rule.
         """
         if len(self.dataset(inputs)) != len(model.image.inputs):
             raise SimError(AclCode.ERROR_MODEL_INPUT_NOT_MATCH, "dataset", "input count")
         if len(self.dataset(outputs)) != len(model.image.outputs):
             raise SimError(AclCode.ERROR_MODEL_OUTPUT_NOT_MATCH, "dataset", "output count")
-        for buffer in [*self.dataset(inputs), *self.dataset(outputs)]:
-            if buffer.size:
-                self._check_device_memory(model, buffer)
+        used = [b for b in [*self.dataset(inputs), *self.dataset(outputs)] if b.size]
+        for buffer in used:
+            self._check_device_memory(model, buffer)
+        self._check_layout(used)
+
+    def _check_layout(self, buffers: Sequence[Buffer]) -> None:
+        """Raises: SimError: the buffers break the secondary allocation rule (module
+        docstring)."""
+        pieces: dict[int, list[tuple[int, int]]] = {}
+        for buffer in buffers:
+            if buffer.ptr % ALIGN_MODEL:
+                raise SimError(
+                    AclCode.ERROR_MEMORY_ADDRESS_UNALIGNED,
+                    "secondary-allocation",
+                    f"data buffer at {buffer.ptr:#x} does not start on a {ALIGN_MODEL}-byte "
+                    "boundary",
+                )
+            start = self._memory.allocation_start(buffer.ptr, buffer.size)
+            end = buffer.ptr + segment_bytes(buffer.size)
+            pieces.setdefault(start, []).append((buffer.ptr, end))
+        for spans in pieces.values():
+            for (first, end), (second, _) in itertools.pairwise(sorted(spans)):
+                if second < end:
+                    raise SimError(
+                        AclCode.ERROR_MEMORY_ADDRESS_UNALIGNED,
+                        "secondary-allocation",
+                        f"data buffers at {first:#x} and {second:#x} of one allocation are "
+                        "closer than ALIGN_UP(len, 32) + 32 bytes",
+                    )
 
     def _check_device_memory(self, model: LoadedModel, buffer: Buffer) -> None:
         """Raises: SimError: ``buffer`` is not device memory of the model's device."""

@@ -114,7 +114,11 @@ class SimQueues:
     def set_name(self, attr: int, length: int, name: bytes | None, pointer_size: int) -> None:
         """Raises: SimError: unknown attr, wrong ``len``, or a name too long (S23)."""
         if length != pointer_size or name is None:
-            raise SimError(AclCode.ERROR_INVALID_PARAM, "S23", "name needs len == sizeof(char*)")
+            raise SimError(
+                AclCode.ERROR_INVALID_PARAM,
+                "S23",
+                "name needs param = the address of a char* and len == sizeof(char*)",
+            )
         if len(name) + 1 > QUEUE_NAME_MAX_BYTES:
             raise SimError(AclCode.ERROR_INVALID_PARAM, "S23", f"name of {len(name)} bytes")
         self._attr(attr)["name"] = name.decode()

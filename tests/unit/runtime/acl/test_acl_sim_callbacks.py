@@ -57,6 +57,23 @@ def test_s19_launch_callback_needs_a_subscribed_stream(sim: Simulator) -> None:
     assert rules(sim) == ["S19"]
 
 
+def test_s21_launch_callback_takes_one_of_the_two_block_types(sim: Simulator) -> None:
+    """``aclrtCallbackBlockType`` has ``ACL_CALLBACK_NO_BLOCK`` (0) and ``ACL_CALLBACK_BLOCK``
+    (1) only."""
+    context = open_device(sim)
+    stream, _ = sim.acl.rt.create_stream()
+    reporter = Reporter(sim, context)
+    assert reporter.subscribe(stream) == 0
+    ran: list[Any] = []
+    assert sim.acl.rt.launch_callback(ran.append, [1], 2, stream) == AclCode.ERROR_INVALID_PARAM
+    assert sim.acl.rt.launch_callback(ran.append, [2], CallbackBlock.BLOCK, stream) == 0
+    assert sim.acl.rt.synchronize_stream(stream) == 0
+    assert sim.acl.rt.unsubscribe_report(reporter.thread_id, stream) == 0
+    reporter.join()
+    assert ran == [[2]]
+    assert rules(sim) == ["S21"]
+
+
 def test_s21_callbacks_run_on_the_subscribed_thread(sim: Simulator) -> None:
     context = open_device(sim)
     stream, _ = sim.acl.rt.create_stream()

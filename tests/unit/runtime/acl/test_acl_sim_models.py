@@ -254,6 +254,41 @@ def test_dataset_mismatch(sim: Simulator, static4_model: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("offset", "gap"),
+    [(8, 0), (0, 0), (0, 32), (0, 64)],
+    ids=["unaligned", "no-padding", "padding-not-aligned", "as-documented"],
+)
+def test_buffers_carved_from_one_block_follow_the_secondary_allocation_rule(
+    sim: Simulator, static4_model: Path, offset: int, gap: int
+) -> None:
+    """Seeds "内存二次分配管理": each piece of a block starts on a 64-byte boundary and takes
+    ``ALIGN_UP(len, 32) + 32`` bytes; the simulator refuses an execution over pieces that do
+    not (the real runtime would overrun memory)."""
+    open_device(sim)
+    model = Loaded(sim, static4_model)
+    mdl = sim.acl.mdl
+    sizes = [mdl.get_input_size_by_index(model.desc, 0)] + [
+        mdl.get_output_size_by_index(model.desc, i) for i in range(mdl.get_num_outputs(model.desc))
+    ]
+    assert all(size % 64 == 0 for size in sizes)
+    block, ret = sim.acl.rt.malloc(offset + sum(sizes) + gap * len(sizes), 2)
+    assert ret == 0
+    datasets = [mdl.create_dataset(), mdl.create_dataset()]
+    cursor = block + offset
+    for index, size in enumerate(sizes):
+        buffer = sim.acl.create_data_buffer(cursor, size)
+        mdl.add_dataset_buffer(datasets[min(index, 1)], buffer)
+        cursor += size + gap
+    ret = mdl.execute(model.model_id, *datasets)
+    if gap == 64:
+        assert ret == 0
+        assert rules(sim) == []
+    else:
+        assert ret == AclCode.ERROR_MEMORY_ADDRESS_UNALIGNED == 200003
+        assert rules(sim) == ["secondary-allocation"]
+
+
 def test_injected_execute_failures(static4_model: Path) -> None:
     sim = Simulator(SimOptions(fail_every_n_executes=2))
     open_device(sim)

@@ -159,6 +159,38 @@ def test_wrong_ctypes_declarations_are_caught(sim: Simulator) -> None:
         function(1)
 
 
+def test_s23_queue_name_is_passed_as_the_address_of_a_char_pointer() -> None:
+    """``ACL_TDT_QUEUE_NAME_PTR`` takes ``param = &name`` (a ``char**``): a ``char*`` passed
+    by value would make the real runtime read the name's bytes as a pointer."""
+    q = Queues()
+    library = q.sim.tdt_library
+    attr = q.tdt.create_attr()
+    size = ctypes.sizeof(ctypes.c_char_p)
+    name = ctypes.c_char_p(b"by-value")
+    assert library.acltdtSetQueueAttr(attr, 0, size, name) == AclCode.ERROR_INVALID_PARAM
+    assert library.acltdtSetQueueAttr(attr, 0, size, ctypes.pointer(name)) == 0
+    depth = ctypes.c_uint32(3)
+    assert library.acltdtSetQueueAttr(attr, 1, 4, ctypes.pointer(depth)) == 0
+    qid = q.tdt.create_queue(attr)
+    assert q.sim.queues.names()[qid] == "by-value"
+    assert [q.put(qid, b"x") for _ in range(4)] == [0, 0, 0, FULL]
+    assert rules(q.sim) == ["S23"]
+
+
+def test_a_null_out_pointer_is_refused_before_the_call_does_anything() -> None:
+    """``qid`` of ``acltdtCreateQueue`` and ``retDataSize`` of ``acltdtDequeueData`` are
+    required: NULL gets ``ACL_ERROR_INVALID_PARAM``, and the queue keeps its item."""
+    q = Queues()
+    library = q.sim.tdt_library
+    assert library.acltdtCreateQueue(None, None) == AclCode.ERROR_INVALID_PARAM
+    qid = q.queue()
+    assert q.put(qid, b"item") == 0
+    buffer = q.buffer(64)
+    assert library.acltdtDequeueData(qid, buffer, 64, None, None, 0, 10) == 100000
+    assert q.tdt.dequeue(qid, buffer, 64, 10) == (0, 4)
+    assert rules(q.sim) == ["null-pointer", "null-pointer"]
+
+
 def bound(
     q: Queues, model: Path, with_q_inputs: int = 1, with_q_outputs: int = 2
 ) -> tuple[list[int], list[int], int]:
